@@ -1,0 +1,47 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+  name: "MainOnce",
+  platforms: [.macOS(.v15)],
+  products: [
+    .library(name: "MainOnce", targets: ["MainOnce"]),
+    .executable(name: "MainOnceDemo", targets: ["MainOnceDemo"]),
+  ],
+  targets: [
+    .target(name: "MainOnce"),
+    .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
+    // Scenario processes for the tests: each run-loop driver needs a process of its own.
+    .target(
+      name: "MainOnceFixtureSupport",
+      dependencies: ["MainOnce"],
+      path: "Tests/MainOnceFixtureSupport"
+    ),
+    .executableTarget(
+      name: "MainOnceFixture",
+      dependencies: ["MainOnceFixtureSupport"],
+      path: "Tests/MainOnceFixture"
+    ),
+    .executableTarget(
+      name: "MainOnceAsyncFixture",
+      dependencies: ["MainOnceFixtureSupport"],
+      path: "Tests/MainOnceAsyncFixture"
+    ),
+    .testTarget(
+      name: "MainOnceTests",
+      dependencies: [
+        "MainOnce", "MainOnceFixtureSupport", "MainOnceFixture", "MainOnceAsyncFixture",
+      ]
+    ),
+  ],
+  swiftLanguageModes: [.v6]
+)
+
+for target in package.targets {
+  target.swiftSettings =
+    (target.swiftSettings ?? []) + [
+      .enableUpcomingFeature("ExistentialAny"),
+      .enableUpcomingFeature("MemberImportVisibility"),
+      .enableUpcomingFeature("InternalImportsByDefault"),
+    ]
+}

@@ -1,0 +1,35 @@
+/// Where a MainOnce API was called from, as `#fileID:line` (and a column, for per-object keys).
+///
+/// Equality and hashing use the file name's bytes, not its address: the same `#fileID` may be
+/// emitted at two addresses when a call site is inlined into another module.
+@usableFromInline
+struct CallSite: Hashable, Sendable, CustomStringConvertible {
+  let file: StaticString
+  let line: UInt
+  let column: UInt
+
+  @usableFromInline
+  init(file: StaticString, line: UInt, column: UInt = 0) {
+    self.file = file
+    self.line = line
+    self.column = column
+  }
+
+  @usableFromInline
+  var description: String { "\(file):\(line)" }
+
+  @usableFromInline
+  static func == (lhs: CallSite, rhs: CallSite) -> Bool {
+    guard lhs.line == rhs.line, lhs.column == rhs.column else { return false }
+    return lhs.file.withUTF8Buffer { left in
+      rhs.file.withUTF8Buffer { right in left.elementsEqual(right) }
+    }
+  }
+
+  @usableFromInline
+  func hash(into hasher: inout Hasher) {
+    hasher.combine(line)
+    hasher.combine(column)
+    file.withUTF8Buffer { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+  }
+}

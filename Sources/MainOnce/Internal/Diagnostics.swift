@@ -1,0 +1,26 @@
+/// Messages for misuse and for states MainOnce cannot recover from. They use `fatalError`,
+/// whose text survives `-c release` (`precondition`'s does not), start with `MainOnce:`, and
+/// name the caller's `#fileID:line`.
+enum Diagnostics {
+  /// An initializer reached its own cell again: it waits for itself.
+  static func reentrance(_ label: CellLabel, firstCall: CallSite, secondCall: CallSite) -> Never {
+    fail(
+      """
+      MainOnce: re-entrant call for \(label): the call at \(secondCall) runs inside the \
+      initializer started at \(firstCall), which cannot finish until this call returns. \
+      Don't use a token from inside its own initializer; move that work out of the \
+      initializer or give it a token of its own.
+      """,
+      at: secondCall)
+  }
+
+  /// An invariant of MainOnce itself does not hold.
+  static func internalInconsistency(_ detail: String) -> Never {
+    fatalError("MainOnce: internal inconsistency: \(detail). Please report this bug.")
+  }
+
+  /// Stops the process with `message`, attributed to the caller's call site.
+  static func fail(_ message: String, at site: CallSite) -> Never {
+    fatalError(message, file: site.file, line: site.line)
+  }
+}

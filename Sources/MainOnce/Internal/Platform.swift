@@ -1,0 +1,72 @@
+#if canImport(Glibc)
+  internal import Glibc
+#elseif canImport(Musl)
+  internal import Musl
+#elseif canImport(Darwin)
+  internal import Darwin
+#endif
+
+/// A kernel thread id: what `/proc/self/task/<tid>` and libdispatch's queue locks use.
+struct ThreadID: Hashable, Sendable, CustomStringConvertible {
+  let rawValue: Int32
+
+  /// The calling thread's id. A system call; cache it (``ThreadRecord`` does).
+  static func current() -> ThreadID {
+    #if os(Linux)
+      ThreadID(rawValue: Platform.gettid())
+    #else
+      var id: UInt64 = 0
+      pthread_threadid_np(nil, &id)
+      return ThreadID(rawValue: Int32(truncatingIfNeeded: id))
+    #endif
+  }
+
+  /// The process's main thread: on Linux its tid is the pid.
+  static var mainThread: ThreadID { ThreadID(rawValue: getpid()) }
+
+  var description: String { "thread \(rawValue)" }
+}
+
+enum Platform {
+  #if os(Linux)
+    /// glibc 2.30+ and musl 1.2.2+ export `gettid`, but the Glibc module does not import it.
+    private static let gettidFunction: @convention(c) () -> Int32 = {
+      guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "gettid") else {
+        fatalError("MainOnce: this C library has no gettid(); MainOnce needs glibc 2.30 or later")
+      }
+      return unsafeBitCast(symbol, to: (@convention(c) () -> Int32).self)
+    }()
+
+    static func gettid() -> Int32 { gettidFunction() }
+  #endif
+
+  /// Looks up a data symbol in the loaded images.
+  static func symbol(named name: String) -> UnsafeRawPointer? {
+    UnsafeRawPointer(dlsym(UnsafeMutableRawPointer(bitPattern: 0), name))
+  }
+
+  /// The value of an environment variable, read without Foundation.
+  static func environment(_ name: String) -> String? {
+    getenv(name).map { String(cString: $0) }
+  }
+
+  /// Writes to standard error without buffering, so a report is out before a crash.
+  static func writeToStandardError(_ text: String) {
+    var text = text
+    text.withUTF8 { bytes in
+      var offset = 0
+      while offset < bytes.count {
+        let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+        if written <= 0 { return }
+        offset += written
+      }
+    }
+  }
+
+  /// Monotonic time in nanoseconds.
+  static func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+  }
+}

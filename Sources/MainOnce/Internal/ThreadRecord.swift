@@ -1,0 +1,50 @@
+#if canImport(Glibc)
+  internal import Glibc
+#elseif canImport(Musl)
+  internal import Musl
+#elseif canImport(Darwin)
+  internal import Darwin
+#endif
+
+/// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
+final class ThreadRecord: @unchecked Sendable {
+  // This is safe because `id` and `isMainThread` never change, and `initializerDepth` is only
+  // read and written by the thread this record belongs to.
+
+  /// The kernel thread id, read once: `gettid()` is a system call.
+  let id: ThreadID
+
+  /// Whether this is the process's main thread (tid == pid).
+  let isMainThread: Bool
+
+  /// How many initializers this thread is running right now. They run in main context, so a
+  /// non-zero depth proves main context where libdispatch's queue state cannot be read.
+  var initializerDepth = 0
+
+  private init() {
+    id = ThreadID.current()
+    isMainThread = id == ThreadID.mainThread
+  }
+
+  /// The calling thread's record.
+  static var current: ThreadRecord {
+    if let raw = pthread_getspecific(key) {
+      return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
+    }
+    let record = ThreadRecord()
+    pthread_setspecific(key, Unmanaged.passRetained(record).toOpaque())
+    return record
+  }
+
+  private static let key: pthread_key_t = {
+    var key = pthread_key_t()
+    let status = pthread_key_create(&key) { raw in
+      guard let raw else { return }
+      Unmanaged<ThreadRecord>.fromOpaque(raw).release()
+    }
+    guard status == 0 else {
+      fatalError("MainOnce: pthread_key_create failed (\(status)); too many thread-local keys")
+    }
+    return key
+  }()
+}

@@ -1,0 +1,82 @@
+/// Runs `initializer` exactly once per token, in main context, and returns after it has run.
+///
+/// ```swift
+/// enum Graphics {
+///   static let setupToken = MainOnceToken("graphics")
+/// }
+///
+/// func render() {  // any thread
+///   onceOnMain(token: Graphics.setupToken) {
+///     initializeMainThreadOnlyLibrary()
+///   }
+///   // The library is initialized here, whichever thread got here first.
+/// }
+/// ```
+///
+/// The first caller for a fresh token runs `initializer`; every other caller waits until it
+/// has returned. Where it runs depends on the caller:
+///
+/// - **Token done:** the call returns at once. This is one acquiring load and a predicted
+///   branch, inlined into the caller: no lock, no allocation, no main-thread check.
+/// - **In main context** (see ``MainContext``): `initializer` runs right here. A hop to the main
+///   queue from main context would trap in libdispatch, so there is none.
+/// - **Anywhere else:** the call hops to the main queue, runs `initializer` there and returns
+///   when it is done. Concurrent callers share one hop: they queue behind it instead of sending
+///   hops of their own.
+///
+/// ## Guarantees
+///
+/// - `initializer` runs in main context, so it may touch `@MainActor` state and main-thread-only
+///   libraries. Under `RunLoop.main.run()` and before `dispatchMain()` that is the main thread;
+///   after `dispatchMain()` it is whichever thread holds the main queue.
+/// - At most one initializer for a token is running at any time, and once one returns normally
+///   no other runs for that token again.
+/// - Everything `initializer` wrote *happens before* every return from this function for the
+///   same token, on every thread: the token is published with a releasing store and read with
+///   an acquiring load.
+///
+/// ## Errors
+///
+/// If `initializer` throws, the token stays fresh and the error is thrown to the caller whose
+/// initializer it was, like Rust's `OnceLock::get_or_try_init` and C++ `std::call_once`.
+/// Callers that were waiting are not lost: their own initializers are tried next, in the order
+/// they arrived, until one succeeds.
+///
+/// - Warning: This blocks the calling thread while the main queue runs `initializer`. It
+///   deadlocks if the main queue is waiting for the calling thread: for example when main-queue
+///   code waits on a semaphore that this thread would signal afterwards. MainOnce stops with a
+///   report when it can see the cycle (see `DispatchSemaphore.wait(for:)`) and reports waits it
+///   cannot see from a watchdog. Calling the same token from inside its own initializer stops
+///   the process with a message that names both call sites.
+///
+/// - Parameters:
+///   - token: The token that records whether the initializer has run.
+///   - file: The caller's file, for diagnostics; leave the default.
+///   - line: The caller's line, for diagnostics; leave the default.
+///   - initializer: The work to do once, in main context.
+/// - Throws: The error `initializer` threw, if this caller's initializer ran and threw.
+@inlinable
+public func onceOnMain<Failure: Error>(
+  token: borrowing MainOnceToken,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  _ initializer: @MainActor () throws(Failure) -> Void
+) throws(Failure) {
+  if _fastPath(token._isDone) { return }
+  try _onceOnMainSlowPath(token, CallSite(file: file, line: line), initializer)
+}
+
+@usableFromInline
+@inline(never)
+func _onceOnMainSlowPath<Failure: Error>(
+  _ token: borrowing MainOnceToken,
+  _ site: CallSite,
+  _ initializer: @MainActor () throws(Failure) -> Void
+) throws(Failure) {
+  try token.withCell { (cell) throws(Failure) in
+    try OnceEngine.run(cell, policy: .mainQueue, site: site) { () throws(Failure) -> UInt in
+      try MainActor.runIsolated(initializer)
+      return 1
+    }
+  }
+}

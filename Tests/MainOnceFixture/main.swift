@@ -1,0 +1,58 @@
+// A process per scenario: the main queue is process-wide, so each run-loop driver and calling
+// context gets a fresh process. Usage: MainOnceFixture <driver> <context>
+//
+// It prints one line, `PASS …` or `FAIL …`, and exits 0 only on PASS.
+import Dispatch
+import Foundation
+import MainOnceFixtureSupport
+
+let usage =
+  "usage: MainOnceFixture dispatchMain|runLoop topLevel|mainBlock|background|nestedSync|mixed\n"
+  + "       MainOnceFixture none topLevel"
+
+guard CommandLine.arguments.count == 3,
+  let driver = Driver(rawValue: CommandLine.arguments[1]), driver != .asyncMain,
+  let context = CallingContext(rawValue: CommandLine.arguments[2]), context != .mainActor,
+  driver != .none || context == .topLevel
+else {
+  FileHandle.standardError.write(Data((usage + "\n").utf8))
+  exit(64)
+}
+
+runScenario(driver: driver, context: context)
+
+/// Starts the callers for `context`, then drives the main queue with `driver`.
+/// Top-level code is main-actor isolated; this function is not, so its closures can run anywhere.
+func runScenario(driver: Driver, context: CallingContext) -> Never {
+  Watchdog.start(seconds: 20)
+  let probe = Probe()
+  let callers = DispatchGroup()
+
+  switch context {
+  case .topLevel, .mainActor:
+    probe.call()
+  case .mainBlock:
+    probe.callFromMainQueue(group: callers)
+  case .background:
+    probe.race(threads: 8, group: callers)
+  case .nestedSync:
+    probe.callFromMainQueue(nestedIn: DispatchQueue(label: "fixture.serial"), group: callers)
+  case .mixed:
+    probe.race(threads: 8, group: callers)
+    probe.callFromMainQueue(group: callers)
+    probe.callFromMainQueue(nestedIn: DispatchQueue(label: "fixture.serial"), group: callers)
+  }
+
+  switch driver {
+  case .none, .asyncMain:
+    callers.wait()
+    probe.finish(driver: driver, context: context)
+  case .dispatchMain:
+    callers.notify(queue: .global()) { probe.finish(driver: driver, context: context) }
+    dispatchMain()
+  case .runLoop:
+    callers.notify(queue: .global()) { probe.finish(driver: driver, context: context) }
+    RunLoop.main.run()
+    probe.fail("RunLoop.main.run() returned")
+  }
+}

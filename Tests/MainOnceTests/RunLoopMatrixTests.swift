@@ -1,0 +1,64 @@
+import MainOnceFixtureSupport
+import Testing
+
+/// One process per run-loop driver and calling context: the main queue is process-wide.
+@Suite("Every run-loop driver and calling context")
+struct RunLoopMatrixTests {
+  struct Scenario: CustomTestStringConvertible, Sendable {
+    let driver: Driver
+    let context: CallingContext
+
+    var executable: String { driver == .asyncMain ? "MainOnceAsyncFixture" : "MainOnceFixture" }
+    var arguments: [String] {
+      driver == .asyncMain ? [context.rawValue] : [driver.rawValue, context.rawValue]
+    }
+    /// After `dispatchMain()` and after async main's first await, main-queue code runs on worker
+    /// threads; under `RunLoop.main.run()` and at top level it runs on the main thread.
+    var expectsMainThread: Bool {
+      driver == .runLoop || driver == .none || context == .topLevel
+    }
+    var testDescription: String { "\(driver.rawValue), \(context.rawValue)" }
+  }
+
+  static let scenarios: [Scenario] =
+    [Driver.dispatchMain, .runLoop].flatMap { driver in
+      [CallingContext.topLevel, .mainBlock, .background, .nestedSync, .mixed].map {
+        Scenario(driver: driver, context: $0)
+      }
+    }
+    + [CallingContext.topLevel, .mainActor, .background, .nestedSync, .mixed].map {
+      Scenario(driver: .asyncMain, context: $0)
+    }
+    + [Scenario(driver: .none, context: .topLevel)]
+
+  @Test("initializer runs once, in main context, before any caller returns", arguments: scenarios)
+  func runsOnceInMainContext(_ scenario: Scenario) throws {
+    let outcome = try FixtureProcess.run(scenario.executable, scenario.arguments)
+    #expect(!outcome.timedOut, "the scenario hung: \(outcome.standardError)")
+    #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
+    #expect(outcome.verdict.hasPrefix("PASS"))
+    #expect(outcome.value("runs") == "1")
+    #expect(outcome.value("earlyReturns") == "0")
+    #expect(outcome.value("mainContext") == "true")
+    #expect(outcome.value("mainThread") == String(scenario.expectsMainThread))
+  }
+
+  /// Where libdispatch's queue state cannot be read, MainOnce must still be right wherever
+  /// public signals suffice. (A `sync` nested in a main-queue block after `dispatchMain()` is
+  /// the one context they cannot see; the deadlock watchdog covers it.)
+  @Test(
+    "fallback without queue introspection stays correct",
+    arguments: scenarios.filter {
+      !($0.context == .nestedSync && ($0.driver == .dispatchMain || $0.driver == .asyncMain))
+    })
+  func fallbackStaysCorrect(_ scenario: Scenario) throws {
+    let outcome = try FixtureProcess.run(
+      scenario.executable, scenario.arguments,
+      environment: ["MAINONCE_QUEUE_INTROSPECTION": "off"])
+    #expect(!outcome.timedOut, "the scenario hung: \(outcome.standardError)")
+    #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
+    #expect(outcome.value("runs") == "1")
+    #expect(outcome.value("earlyReturns") == "0")
+    #expect(outcome.value("mainContext") == "true")
+  }
+}
