@@ -1,1 +1,22 @@
-print("demo")
+// swift run MainOnceDemo [dispatchMain | runLoop | mainActor]
+//
+// Sets up a main-only "stack" guarded by MainOnce, starts threads that race to use it, serves
+// the main queue with the chosen driver, prints what happened and exits.
+import Foundation
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+switch arguments.first ?? "dispatchMain" {
+case "dispatchMain":
+  RaceStory(driver: .dispatchMain).start()
+case "runLoop":
+  RaceStory(driver: .runLoop).start()
+case "mainActor":
+  RaceStory(driver: .mainActor).start()
+case "reentrance":
+  Reentrance.run()
+case "help", "-h", "--help":
+  print(DemoUsage.text)
+default:
+  FileHandle.standardError.write(Data((DemoUsage.text + "\n").utf8))
+  exit(64)
+}

@@ -32,8 +32,8 @@ struct RunLoopMatrixTests {
     + [Scenario(driver: .none, context: .topLevel)]
 
   @Test("initializer runs once, in main context, before any caller returns", arguments: scenarios)
-  func runsOnceInMainContext(_ scenario: Scenario) throws {
-    let outcome = try FixtureProcess.run(scenario.executable, scenario.arguments)
+  func runsOnceInMainContext(_ scenario: Scenario) async throws {
+    let outcome = try await FixtureProcess.run(scenario.executable, scenario.arguments)
     #expect(!outcome.timedOut, "the scenario hung: \(outcome.standardError)")
     #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
     #expect(outcome.verdict.hasPrefix("PASS"))
@@ -51,8 +51,8 @@ struct RunLoopMatrixTests {
     arguments: scenarios.filter {
       !($0.context == .nestedSync && ($0.driver == .dispatchMain || $0.driver == .asyncMain))
     })
-  func fallbackStaysCorrect(_ scenario: Scenario) throws {
-    let outcome = try FixtureProcess.run(
+  func fallbackStaysCorrect(_ scenario: Scenario) async throws {
+    let outcome = try await FixtureProcess.run(
       scenario.executable, scenario.arguments,
       environment: ["MAINONCE_QUEUE_INTROSPECTION": "off"])
     #expect(!outcome.timedOut, "the scenario hung: \(outcome.standardError)")

@@ -33,7 +33,7 @@ struct FixtureProcess {
     _ arguments: [String],
     environment: [String: String] = [:],
     timeout: Duration = .seconds(30)
-  ) throws -> Outcome {
+  ) async throws -> Outcome {
     let process = Process()
     process.executableURL = productsDirectory.appendingPathComponent(executable)
     process.arguments = arguments
@@ -48,11 +48,11 @@ struct FixtureProcess {
     // Drain both pipes while the process runs, so a chatty child cannot block on a full pipe.
     let outputData = ReadAll(output.fileHandleForReading)
     let errorData = ReadAll(error.fileHandleForReading)
-    let seconds = Double(timeout.components.seconds)
-    let timedOut = exited.wait(timeout: .now() + seconds) == .timedOut
-    if timedOut {
+    let timedOut = await onThread {
+      guard exited.wait(timeout: .now() + timeout.seconds) == .timedOut else { return false }
       process.terminate()
       exited.wait()
+      return true
     }
     return Outcome(
       status: process.terminationStatus,

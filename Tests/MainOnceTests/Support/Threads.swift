@@ -3,14 +3,15 @@ import MainOnceFixtureSupport
 import Testing
 
 /// Runs `body(index)` on `count` new threads released at the same moment, and waits at most
-/// `timeout` for all of them. Returns `false` (and records an issue) if they did not finish.
+/// `timeout` for all of them, without blocking a Swift concurrency thread. Returns `false`
+/// (and records an issue) if they did not finish in time.
 @discardableResult
 func raceThreads(
   _ count: Int,
   timeout: Duration = .seconds(60),
   sourceLocation: SourceLocation = #_sourceLocation,
   _ body: @escaping @Sendable (Int) -> Void
-) -> Bool {
+) async -> Bool {
   let finished = DispatchGroup()
   let gate = StartGate(parties: count)
   for index in 0..<count {
@@ -21,12 +22,35 @@ func raceThreads(
       finished.leave()
     }.start()
   }
-  let seconds = Double(timeout.components.seconds)
-  guard finished.wait(timeout: .now() + seconds) == .success else {
+  let inTime = await onThread { finished.wait(timeout: .now() + timeout.seconds) == .success }
+  if !inTime {
     Issue.record("threads did not finish within \(timeout)", sourceLocation: sourceLocation)
-    return false
   }
-  return true
+  return inTime
+}
+
+/// Runs blocking work on a new thread, so that tests never block the cooperative pool (on
+/// Linux, libdispatch adds a worker for blocked ones only about once a second).
+func onThread<Result: Sendable>(_ work: @escaping @Sendable () -> Result) async -> Result {
+  await withCheckedContinuation { continuation in
+    Thread { continuation.resume(returning: work()) }.start()
+  }
+}
+
+/// Waits for `semaphore` for at most `timeout`, off the cooperative pool.
+func wait(
+  for semaphore: DispatchSemaphore, timeout: Duration = .seconds(10),
+  sourceLocation: SourceLocation = #_sourceLocation
+) async -> Bool {
+  let signalled = await onThread { semaphore.wait(timeout: .now() + timeout.seconds) == .success }
+  if !signalled { Issue.record("timed out after \(timeout)", sourceLocation: sourceLocation) }
+  return signalled
+}
+
+extension Duration {
+  var seconds: Double {
+    Double(components.seconds) + Double(components.attoseconds) / 1e18
+  }
 }
 
 /// Whether the long stress mode is on (`MAINONCE_STRESS=long`).

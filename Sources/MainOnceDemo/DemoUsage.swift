@@ -1,0 +1,13 @@
+enum DemoUsage {
+  static let text = """
+    usage: MainOnceDemo [scenario]
+
+    Race stories (each exits 0 on its own):
+      dispatchMain   threads race to use a main-only stack; dispatchMain() serves the main queue
+      runLoop        the same, served by RunLoop.main.run()
+      mainActor      the same, from async code on the main actor
+
+    Diagnostics (each stops the process on purpose and shows the message):
+      reentrance     an initializer calls onceOnMain for its own token
+    """
+}

@@ -1,0 +1,54 @@
+import Dispatch
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+import Testing
+
+final class Stack: Sendable {
+  let builtInMainContext: Bool
+  let serial: Int
+
+  init(serial: Int) {
+    builtInMainContext = DispatchQueue.getSpecific(key: mainQueueKey) == true
+    self.serial = serial
+  }
+}
+
+/// A value that must stay on the main actor.
+final class MainOnlyStack {
+  var uses = 0
+}
+
+private let builds = Atomic(0)
+
+@Suite("MainLazy")
+struct MainLazyTests {
+  enum Values {
+    static let stack = MainLazy { Stack(serial: builds.add(1, ordering: .relaxed).newValue) }
+    static let mainOnly = MainLazy { MainOnlyStack() }
+  }
+
+  @Test("the builder runs once, in main context, while eight threads race")
+  func racingReaders() async {
+    let serials = Mutex<Set<Int>>([])
+    let inMainContext = Atomic(true)
+    await raceThreads(8) { _ in
+      let stack = Values.stack.value
+      serials.withLock { _ = $0.insert(stack.serial) }
+      if !stack.builtInMainContext { inMainContext.store(false, ordering: .relaxed) }
+    }
+    #expect(serials.withLock { $0 } == [1])
+    #expect(builds.load(ordering: .relaxed) == 1)
+    let builtInMainContext = inMainContext.load(ordering: .relaxed)
+    #expect(builtInMainContext)
+  }
+
+  @Test("a value that is not Sendable is built and read on the main actor")
+  @MainActor
+  func mainActorValue() {
+    Values.mainOnly.value.uses += 1
+    Values.mainOnly.value.uses += 1
+    #expect(Values.mainOnly.value.uses == 2)
+  }
+}

@@ -1,0 +1,208 @@
+import Dispatch
+import Foundation
+import MainOnceFixtureSupport
+import Synchronization
+import Testing
+
+@testable import MainOnce
+
+/// Counts what initializers and their callers saw.
+private final class Tally: Sendable {
+  let runs = Atomic(0)
+  let earlyReturns = Atomic(0)
+  let finished = Atomic(false)
+  let ranInMainContext = Atomic(true)
+
+  @MainActor
+  func initialize() {
+    if !MainContext.isCurrent || DispatchQueue.getSpecific(key: mainQueueKey) != true {
+      ranInMainContext.store(false, ordering: .relaxed)
+    }
+    runs.add(1, ordering: .relaxed)
+    usleep(5_000)
+    finished.store(true, ordering: .releasing)
+  }
+
+  func returned() {
+    if !finished.load(ordering: .acquiring) { earlyReturns.add(1, ordering: .relaxed) }
+  }
+}
+
+private struct Failure: Error, Equatable {
+  let caller: Int
+}
+
+@Suite("onceOnMain")
+struct OnceOnMainTests {
+  enum Tokens {
+    static let race = MainOnceToken("race")
+    static let mainActor = MainOnceToken("main actor")
+    static let retry = MainOnceToken("retry")
+    static let handover = MainOnceToken("handover")
+    static let racingFailures = MainOnceToken("racing failures")
+  }
+
+  @Test("initializer runs once when eight threads race")
+  func racingThreads() async {
+    let tally = Tally()
+    await raceThreads(8) { _ in
+      onceOnMain(token: Tokens.race) { tally.initialize() }
+      tally.returned()
+    }
+    #expect(tally.runs.load(ordering: .relaxed) == 1)
+    #expect(tally.earlyReturns.load(ordering: .relaxed) == 0)
+    let ranInMainContext = tally.ranInMainContext.load(ordering: .relaxed)
+    #expect(ranInMainContext)
+  }
+
+  @Test("a main-actor caller runs the initializer in place")
+  @MainActor
+  func mainActorCallerRunsInPlace() {
+    let caller = pthread_self()
+    var ranOn: pthread_t?
+    onceOnMain(token: Tokens.mainActor) { ranOn = pthread_self() }
+    #expect(ranOn == caller)
+  }
+
+  @Test("a throwing initializer leaves the token fresh, and the next call runs again")
+  func throwingInitializerRetries() {
+    let attempts = Atomic(0)
+    #expect(throws: Failure(caller: 1)) {
+      try onceOnMain(token: Tokens.retry) { () throws(Failure) in
+        attempts.add(1, ordering: .relaxed)
+        throw Failure(caller: 1)
+      }
+    }
+    onceOnMain(token: Tokens.retry) { attempts.add(1, ordering: .relaxed) }
+    onceOnMain(token: Tokens.retry) { attempts.add(1, ordering: .relaxed) }
+    #expect(attempts.load(ordering: .relaxed) == 2)
+  }
+
+  @Test("callers waiting on a failed attempt run the next attempt themselves")
+  func waitersRunTheNextAttempt() async throws {
+    let firstStarted = DispatchSemaphore(value: 0)
+    let releaseFirst = DispatchSemaphore(value: 0)
+    let runs = Atomic(0)
+    let outcomes = Mutex<[Int: Result<Void, Failure>]>([:])
+
+    let first = Thread {
+      let result = Result { () throws(Failure) in
+        try onceOnMain(token: Tokens.handover) { () throws(Failure) in
+          runs.add(1, ordering: .relaxed)
+          firstStarted.signal()
+          releaseFirst.wait()
+          throw Failure(caller: 0)
+        }
+      }
+      outcomes.withLock { $0[0] = result }
+    }
+    first.start()
+    guard await wait(for: firstStarted) else { return }
+    // Two more callers queue up behind the failing attempt; then it fails.
+    Thread {
+      while waitingCallers(of: "handover") < 2 { usleep(1_000) }
+      releaseFirst.signal()
+    }.start()
+    await raceThreads(2) { caller in
+      let result = Result { () throws(Failure) in
+        try onceOnMain(token: Tokens.handover) { () throws(Failure) in
+          runs.add(1, ordering: .relaxed)
+        }
+      }
+      outcomes.withLock { $0[caller + 1] = result }
+    }
+    let allReturned = await onThread {
+      for _ in 0..<10_000 where outcomes.withLock({ $0.count }) < 3 { usleep(1_000) }
+      return outcomes.withLock { $0.count } == 3
+    }
+    guard allReturned else {
+      Issue.record("the first caller did not return")
+      return
+    }
+    let results = outcomes.withLock { $0 }
+    #expect(throws: Failure(caller: 0)) { try results[0]!.get() }
+    #expect(throws: Never.self) { try results[1]!.get() }
+    #expect(throws: Never.self) { try results[2]!.get() }
+    #expect(runs.load(ordering: .relaxed) == 2, "the failing attempt and one successful attempt")
+  }
+
+  @Test("each error reaches only the caller whose initializer threw it")
+  func errorsReachTheirOwnCallers() async {
+    let attempts = Atomic(0)
+    let successes = Atomic(0)
+    let wrongErrors = Atomic(0)
+    let failures = Atomic(0)
+    await raceThreads(8) { caller in
+      do throws(Failure) {
+        try onceOnMain(token: Tokens.racingFailures) { () throws(Failure) in
+          // The first three attempts fail, whoever makes them.
+          if attempts.add(1, ordering: .relaxed).newValue <= 3 { throw Failure(caller: caller) }
+          successes.add(1, ordering: .relaxed)
+        }
+      } catch {
+        failures.add(1, ordering: .relaxed)
+        if error.caller != caller { wrongErrors.add(1, ordering: .relaxed) }
+      }
+    }
+    #expect(successes.load(ordering: .relaxed) == 1)
+    #expect(failures.load(ordering: .relaxed) == 3)
+    #expect(wrongErrors.load(ordering: .relaxed) == 0)
+    #expect(attempts.load(ordering: .relaxed) == 4)
+  }
+
+  @Test("many tokens and threads race with no double run and no early return")
+  func stress() async {
+    let rounds = isLongStress ? 2_000 : 20
+    let tokenCount = 64
+    let threadCount = 8
+    for _ in 0..<rounds {
+      let tokens = TokenBuffer(count: tokenCount)
+      let tallies = (0..<tokenCount).map { _ in Tally() }
+      let finished = await raceThreads(threadCount) { thread in
+        for step in 0..<tokenCount {
+          let index = (step * 7 + thread * 13) % tokenCount
+          let tally = tallies[index]
+          onceOnMain(token: tokens[index]) {
+            tally.runs.add(1, ordering: .relaxed)
+            tally.finished.store(true, ordering: .releasing)
+          }
+          tally.returned()
+        }
+      }
+      guard finished else { return }
+      #expect(tallies.allSatisfy { $0.runs.load(ordering: .relaxed) == 1 })
+      #expect(tallies.allSatisfy { $0.earlyReturns.load(ordering: .relaxed) == 0 })
+    }
+  }
+}
+
+/// How many callers are queued for the token named `name`.
+func waitingCallers(of name: String) -> Int {
+  OnceEngine.table.withLock { table in
+    table.flights.values.first { $0.cell.label.description.contains("\"\(name)\"") }?.waiters
+      .count ?? 0
+  }
+}
+
+/// Fresh tokens on the heap, for tests that need many.
+final class TokenBuffer: @unchecked Sendable {
+  // This is safe because the tokens are initialized before the buffer is shared, never moved,
+  // and only read through MainOnce, which synchronizes them.
+  private let tokens: UnsafeMutablePointer<MainOnceToken>
+  private let count: Int
+
+  init(count: Int) {
+    self.count = count
+    tokens = .allocate(capacity: count)
+    for index in 0..<count { (tokens + index).initialize(to: MainOnceToken("buffer")) }
+  }
+
+  deinit {
+    tokens.deinitialize(count: count)
+    tokens.deallocate()
+  }
+
+  subscript(index: Int) -> MainOnceToken {
+    _read { yield tokens[index] }
+  }
+}
