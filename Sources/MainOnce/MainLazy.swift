@@ -14,7 +14,7 @@ public import Synchronization
 /// ```
 ///
 /// The builder runs exactly as an initializer of ``onceOnMain(token:file:line:_:)`` does: once,
-/// in main context, with concurrent readers waiting for it. Once built, reading ``value`` is one
+/// in main context, with concurrent readers waiting for it. Once built, reading `value` is one
 /// acquiring load and one load through the published address: no lock and no hop. Like a
 /// token, a `MainLazy` is statically initialized when declared as a `static let` with a
 /// closure that captures nothing.
@@ -22,9 +22,9 @@ public import Synchronization
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
 /// process.
 ///
-/// - Warning: Reading ``value`` from outside main context blocks until the main queue has built
+/// - Warning: Reading `value` from outside main context blocks until the main queue has built
 ///   it, and deadlocks if the main queue is waiting for the reading thread; see
-///   ``onceOnMain(token:file:line:_:)``. Reading ``value`` inside its own builder stops the
+///   ``onceOnMain(token:file:line:_:)``. Reading `value` inside its own builder stops the
 ///   process with a message.
 public struct MainLazy<Value>: ~Copyable {
   /// Zero until built, then the address of the built value. Written only by MainOnce.

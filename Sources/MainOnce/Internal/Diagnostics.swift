@@ -4,6 +4,14 @@
 enum Diagnostics {
   /// An initializer reached its own cell again: it waits for itself.
   static func reentrance(_ label: CellLabel, firstCall: CallSite, secondCall: CallSite) -> Never {
+    if case .lazy = label {
+      fail(
+        """
+        MainOnce: \(label) read its own value while building it: the builder cannot finish \
+        until that read returns. Don't read a MainLazy's value from inside its own builder.
+        """,
+        at: secondCall)
+    }
     fail(
       """
       MainOnce: re-entrant call for \(label): the call at \(secondCall) runs inside the \

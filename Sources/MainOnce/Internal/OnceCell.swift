@@ -25,6 +25,20 @@ enum CellLabel: Sendable, CustomStringConvertible {
   case lazy(typeName: String, declaration: CallSite)
   case object(typeName: String, site: CallSite)
 
+  /// The API whose caller waits for such a cell, for reports.
+  var operation: StaticString {
+    switch self {
+    case .token: "onceOnMain(token:)"
+    case .lazy: "MainLazy.value"
+    case .object: "onceOnMain(for:)"
+    }
+  }
+
+  /// Whether calls for this cell pass their call site (`MainLazy.value`, a property, cannot).
+  var hasCallSites: Bool {
+    if case .lazy = self { false } else { true }
+  }
+
   var description: String {
     switch self {
     case .token(let name, let declaration):

@@ -3,8 +3,8 @@ internal import Dispatch
 /// The slow path shared by every MainOnce API: who runs an initializer, who waits, and how a
 /// failed attempt hands over to the next caller.
 ///
-/// All bookkeeping sits in one table under one lock, so that the deadlock detector sees one
-/// consistent wait-for graph. Nothing here is on the fast path: a done cell is answered by one
+/// All bookkeeping sits in the ``Registry`` under one lock, so that the deadlock detector sees
+/// one consistent wait-for graph. Nothing here is on the fast path: a done cell is answered by one
 /// load in the caller before any of this runs.
 ///
 /// A cell that is not done and has a call in progress has a ``Flight``. Callers that cannot run
@@ -21,8 +21,6 @@ enum OnceEngine {
     /// On the calling thread: concurrent callers wait for the one that runs.
     case callingThread
   }
-
-  static let table = Locked(FlightTable())
 
   /// Runs `body` once for `cell`, blocking the calling thread until the cell is done or `body`
   /// has thrown.
@@ -47,12 +45,12 @@ enum OnceEngine {
   /// Queues an attempt that does not block a thread (async and completion callers). Returns
   /// `false` if the cell is already done; `waiter` is then not queued.
   static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
-    table.withLock { table in
+    Registry.shared.withLock { registry in
       if cell.isDone { return false }
-      let flight = table.flight(for: cell)
+      let flight = registry.flight(for: cell)
       flight.waiters.append(waiter)
       if flight.runner == nil && flight.pendingHops == 0 {
-        table.scheduleHop(for: flight)
+        registry.scheduleHop(for: flight)
       }
       return true
     }
@@ -60,13 +58,13 @@ enum OnceEngine {
 
   /// Withdraws a waiter that has not started running; returns whether it was withdrawn.
   static func withdraw(_ waiter: Waiter, from cell: OnceCell) -> Bool {
-    table.withLock { table in
-      guard waiter.attempt != nil, let flight = table.flights[cell.key],
+    Registry.shared.withLock { registry in
+      guard waiter.attempt != nil, let flight = registry.flights[cell.key],
         let index = flight.waiters.firstIndex(where: { $0 === waiter })
       else { return false }
       flight.waiters.remove(at: index)
       waiter.attempt = nil
-      table.retireIfIdle(flight)
+      registry.retireIfIdle(flight)
       return true
     }
   }
@@ -76,7 +74,7 @@ enum OnceEngine {
   private enum InPlaceDecision {
     case done
     case run(Flight)
-    case wait(Parking)
+    case wait(Parking, DeadlockReport?)
     case reentrant(Runner)
   }
 
@@ -89,9 +87,10 @@ enum OnceEngine {
     thread: ThreadRecord,
     _ body: () throws(Failure) -> UInt
   ) throws(Failure) -> Bool {
-    let decision = table.withLock { table -> InPlaceDecision in
+    let detection = DeadlockDetection.settings.withLock { $0 }
+    let decision = Registry.shared.withLock { registry -> InPlaceDecision in
       if cell.isDone { return .done }
-      let flight = table.flight(for: cell)
+      let flight = registry.flight(for: cell)
       guard let runner = flight.runner else {
         flight.runner = Runner(thread: thread.id, site: site)
         return .run(flight)
@@ -103,15 +102,19 @@ enum OnceEngine {
       }
       let parking = Parking()
       flight.waiters.append(Waiter(site: site, thread: thread.id, attempt: nil, parking: parking))
-      return .wait(parking)
+      let cycle = registry.beginWait(for: cell, site: site, on: thread.id, detection: detection)
+      return .wait(parking, cycle)
     }
     switch decision {
     case .done:
       return true
     case .reentrant(let runner):
       Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
-    case .wait(let parking):
-      switch parking.wait() {
+    case .wait(let parking, let cycle):
+      cycle?.deliver(at: site)
+      let resolution = parking.wait()
+      DeadlockDetection.endWait(on: thread.id)
+      switch resolution {
       case .done: return true
       case .retry: return false
       case .ran, .cancelled:
@@ -119,8 +122,8 @@ enum OnceEngine {
       }
     case .run(let flight):
       let result = invoke(body, on: thread)
-      let deliveries = table.withLock { table in
-        table.complete(flight, with: result.mapError { $0 }, ranFor: nil, policy: policy)
+      let deliveries = Registry.shared.withLock { registry in
+        registry.complete(flight, with: result.mapError { $0 }, ranFor: nil, policy: policy)
       }
       deliveries.deliver()
       _ = try result.get()
@@ -141,24 +144,29 @@ enum OnceEngine {
     // The initializer is stored in the flight only while this thread is parked, and every
     // reference to it is dropped before the parking is signalled (see `runNext`), so it does not
     // outlive this call: `withoutActuallyEscaping` checks exactly that.
+    let detection = DeadlockDetection.settings.withLock { $0 }
     let resolution = withoutActuallyEscaping(body) { body -> Resolution? in
       let parking = Parking()
       let waiter = Waiter(
         site: site, thread: thread.id, attempt: { erase(body) }, parking: parking)
-      let mustHop = table.withLock { table -> Bool? in
+      let step = Registry.shared.withLock { registry -> (hop: Bool, cycle: DeadlockReport?)? in
         if cell.isDone { return nil }
-        let flight = table.flight(for: cell)
+        let flight = registry.flight(for: cell)
         flight.waiters.append(waiter)
-        guard flight.runner == nil && flight.pendingHops == 0 else { return false }
+        let cycle = registry.beginWait(for: cell, site: site, on: thread.id, detection: detection)
+        guard flight.runner == nil && flight.pendingHops == 0 else { return (false, cycle) }
         flight.pendingHops += 1
-        return true
+        return (true, cycle)
       }
-      guard let mustHop else {
+      guard let step else {
         waiter.attempt = nil
         return nil
       }
-      if mustHop { hop(to: cell.key) }
-      return parking.wait()
+      step.cycle?.deliver(at: site)
+      if step.hop { hop(to: cell.key) }
+      let resolution = parking.wait()
+      DeadlockDetection.endWait(on: thread.id)
+      return resolution
     }
     switch resolution {
     case nil, .done, .ran(.success):
@@ -190,12 +198,21 @@ enum OnceEngine {
   /// none is left. The body of every hop.
   static func drive(_ key: UnsafeRawPointer) {
     let thread = ThreadRecord.current
-    table.withLock { table in
-      table.flights[key]?.pendingHops -= 1
+    Watchdog.noteMainQueueServed()
+    // After `dispatchMain()`, `main.sync` runs this block on the thread that sent the hop: while
+    // it runs here, that thread is not blocked, so its wait leaves the graph until the hop ends.
+    let suspendedWait = Registry.shared.withLock { registry in
+      registry.flights[key]?.pendingHops -= 1
+      return registry.endWait(on: thread.id)
+    }
+    defer {
+      if let suspendedWait {
+        Registry.shared.withLock { $0.waits[thread.id] = suspendedWait }
+      }
     }
     while let (flight, waiter, result) = runNext(key, on: thread) {
-      let deliveries = table.withLock { table in
-        table.complete(flight, with: result, ranFor: waiter, policy: .mainQueue)
+      let deliveries = Registry.shared.withLock { registry in
+        registry.complete(flight, with: result, ranFor: waiter, policy: .mainQueue)
       }
       deliveries.deliver()
       if flight.isFinished { return }
@@ -207,8 +224,8 @@ enum OnceEngine {
   private static func runNext(
     _ key: UnsafeRawPointer, on thread: ThreadRecord
   ) -> (Flight, Waiter, Result<UInt, any Error>)? {
-    let next = table.withLock { table -> (Flight, Waiter, Attempt)? in
-      guard let flight = table.flights[key] else { return nil }
+    let next = Registry.shared.withLock { registry -> (Flight, Waiter, Attempt)? in
+      guard let flight = registry.flights[key] else { return nil }
       if let runner = flight.runner {
         // A run loop nested in the running initializer has served this hop. The initializer will
         // resolve the waiters when it returns.
@@ -221,7 +238,7 @@ enum OnceEngine {
       guard let waiter = flight.waiters.first(where: { $0.attempt != nil }),
         let attempt = waiter.attempt
       else {
-        table.retireIfIdle(flight)
+        registry.retireIfIdle(flight)
         return nil
       }
       waiter.attempt = nil

@@ -62,6 +62,13 @@ enum QueueOwnership {
     return owner(atQueue: pointer)
   }
 
+  /// Whether `queue` is the main queue. (`DispatchQueue.main` makes a new wrapper object on
+  /// every access, so identity comparison does not work.)
+  static func isMainQueue(_ queue: DispatchQueue) -> Bool {
+    if let main = verifiedMainQueue { return verifiedPointer(to: queue) == main }
+    return queue.label == DispatchQueue.main.label
+  }
+
   /// Whether `queue` is known to be concurrent (its width is more than one).
   static func isKnownConcurrent(_ queue: DispatchQueue) -> Bool {
     guard isAvailable, let pointer = verifiedPointer(to: queue) else { return false }

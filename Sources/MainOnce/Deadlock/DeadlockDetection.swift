@@ -1,0 +1,122 @@
+/// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe.
+///
+/// MainOnce keeps a wait-for graph of the waits it can see: threads blocked in
+/// ``onceOnMain(token:file:line:_:)`` or on a ``MainLazy``, and tracked waits such as
+/// ``withTrackedWait(for:file:line:_:)`` and `DispatchSemaphore.wait(for:file:line:)`. Before a
+/// thread blocks, MainOnce checks whether the wait would close a cycle (the main queue waits for
+/// the caller while the caller waits for the main queue). Such a wait can never end: by default
+/// MainOnce stops the process with a report that lists every edge.
+///
+/// Waits MainOnce cannot see, such as a raw `semaphore.wait()` on the main queue, are caught by
+/// a watchdog: when a caller's wait for the main queue has not ended within ``stallTimeout``,
+/// it reads what the thread holding the main queue is doing from `/proc/self/task/<tid>` and
+/// reports it. By default that report is printed and the wait goes on, because a busy or
+/// sleeping main queue may still get to it.
+///
+/// The defaults can be changed in code, or before the process starts with environment
+/// variables:
+///
+/// - `MAINONCE_DEADLOCK=abort|report|off` sets both ``cycleResponse`` and ``stallResponse``.
+/// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout``.
+///
+/// Settings made in code replace those from the environment. Nothing here is on the fast path
+/// of a done token.
+public enum DeadlockDetection {
+  /// What to do with a finding.
+  public enum Response: String, Sendable, CaseIterable {
+    /// Deliver the report, then stop the process with `fatalError`.
+    case abort
+    /// Deliver the report and go on waiting.
+    case report
+    /// Do not look. Cycles are not checked; the watchdog does not run.
+    case ignore
+  }
+
+  /// What to do when a wait would close a cycle. Defaults to ``Response/abort``: the wait can
+  /// never end.
+  public static var cycleResponse: Response {
+    get { settings.withLock { $0.cycleResponse } }
+    set { settings.withLock { $0.cycleResponse = newValue } }
+  }
+
+  /// What to do when a wait for the main queue stalls. Defaults to ``Response/report``. With
+  /// ``Response/abort``, MainOnce stops the process only when the thread holding the main queue
+  /// is blocked on a lock or semaphore (in `futex`); a main queue that is busy, sleeping or
+  /// idle in an event loop is only reported.
+  public static var stallResponse: Response {
+    get { settings.withLock { $0.stallResponse } }
+    set { settings.withLock { $0.stallResponse = newValue } }
+  }
+
+  /// How long a wait for the main queue may last before the watchdog looks at the main queue.
+  /// Defaults to one second. Must be positive.
+  public static var stallTimeout: Duration {
+    get { settings.withLock { $0.stallTimeout } }
+    set {
+      guard newValue > .zero else {
+        fatalError("MainOnce: DeadlockDetection.stallTimeout must be positive, not \(newValue)")
+      }
+      settings.withLock { $0.stallTimeout = newValue }
+    }
+  }
+
+  /// Receives every report instead of standard error, for example to route it to a logger.
+  /// `nil`, the default, writes reports to standard error. A report whose
+  /// ``DeadlockReport/stopsProcess`` is `true` still stops the process after the handler
+  /// returns.
+  public static var reportHandler: (@Sendable (DeadlockReport) -> Void)? {
+    get { settings.withLock { $0.reportHandler } }
+    set { settings.withLock { $0.reportHandler = newValue } }
+  }
+
+  struct Settings {
+    var cycleResponse = Response.abort
+    var stallResponse = Response.report
+    var stallTimeout = Duration.seconds(1)
+    var reportHandler: (@Sendable (DeadlockReport) -> Void)?
+
+    /// The defaults, adjusted by `MAINONCE_DEADLOCK` and `MAINONCE_STALL_TIMEOUT`.
+    static func fromEnvironment() -> Settings {
+      var settings = Settings()
+      if let value = Platform.environment("MAINONCE_DEADLOCK") {
+        switch value.lowercased() {
+        case "abort": (settings.cycleResponse, settings.stallResponse) = (.abort, .abort)
+        case "report": (settings.cycleResponse, settings.stallResponse) = (.report, .report)
+        case "off", "ignore": (settings.cycleResponse, settings.stallResponse) = (.ignore, .ignore)
+        default:
+          Platform.writeToStandardError(
+            "MainOnce: ignoring MAINONCE_DEADLOCK=\(value): use abort, report or off\n")
+        }
+      }
+      if let value = Platform.environment("MAINONCE_STALL_TIMEOUT") {
+        if let seconds = Double(value), seconds > 0, seconds.isFinite {
+          settings.stallTimeout = .milliseconds(Int64(seconds * 1000))
+        } else {
+          Platform.writeToStandardError(
+            "MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(value): use a positive number of seconds\n"
+          )
+        }
+      }
+      return settings
+    }
+  }
+
+  static let settings = Locked(Settings.fromEnvironment())
+
+  /// Starts a tracked wait: checks for a cycle, records the wait, and reacts to a cycle.
+  static func beginWait(_ wait: BlockedWait, on thread: ThreadID) {
+    let response = cycleResponse
+    let cycle = Registry.shared.withLock { registry -> DeadlockReport? in
+      registry.beginWait(wait, on: thread, checkingCycles: response != .ignore).map {
+        DeadlockReport.cycle($0, labels: registry.labels, stops: response == .abort)
+      }
+    }
+    cycle?.deliver(at: wait.site)
+  }
+
+  /// Ends a tracked wait.
+  static func endWait(on thread: ThreadID) {
+    let ended = Registry.shared.withLock { $0.endWait(on: thread) }
+    if let ended, ended.stallReported { Watchdog.reportEnd(of: ended, on: thread) }
+  }
+}

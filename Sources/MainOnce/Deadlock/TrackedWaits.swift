@@ -1,0 +1,145 @@
+public import Dispatch
+
+/// Performs a blocking wait that MainOnce's deadlock detector can see.
+///
+/// Before `wait` runs, MainOnce records that the calling thread waits for `target` and checks
+/// the wait-for graph. If `target` already waits, directly or through other threads, for the
+/// calling thread (for example a thread blocked in ``onceOnMain(token:file:line:_:)`` while the
+/// caller holds the main queue), the wait can never end: MainOnce stops the process with a
+/// report instead (see ``DeadlockDetection``). The same check runs, from the other side, when a
+/// thread blocks for the main queue while a tracked wait on the main queue waits for it.
+///
+/// ```swift
+/// let worker = WaitTarget.work("thumbnailer")
+/// withTrackedWait(for: worker) { thread.join() }
+/// ```
+///
+/// The record costs a lock and a walk of the graph; the fast path of a done token is untouched.
+///
+/// - Parameters:
+///   - target: Whom the wait depends on.
+///   - file: The caller's file, for reports; leave the default.
+///   - line: The caller's line, for reports; leave the default.
+///   - wait: The blocking wait itself.
+/// - Returns: What `wait` returns.
+/// - Throws: What `wait` throws.
+public func withTrackedWait<Result, Failure: Error>(
+  for target: WaitTarget,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  _ wait: () throws(Failure) -> Result
+) throws(Failure) -> Result {
+  try trackingWait(
+    for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line), wait)
+}
+
+extension DispatchSemaphore {
+  /// Waits for a signal that `target` will send, as a tracked wait (see
+  /// ``withTrackedWait(for:file:line:_:)``).
+  ///
+  /// - Parameters:
+  ///   - target: Whom the signal comes from.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
+    trackingWait(
+      for: target, operation: "DispatchSemaphore.wait(for:)",
+      site: CallSite(file: file, line: line)
+    ) { wait() }
+  }
+
+  /// Waits at most until `timeout` for a signal that `target` will send, as a tracked wait.
+  ///
+  /// - Parameters:
+  ///   - target: Whom the signal comes from.
+  ///   - timeout: When to stop waiting.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  /// - Returns: Whether the semaphore was signalled in time.
+  public func wait(
+    for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
+    line: UInt = #line
+  ) -> DispatchTimeoutResult {
+    trackingWait(
+      for: target, operation: "DispatchSemaphore.wait(for:timeout:)",
+      site: CallSite(file: file, line: line)
+    ) { wait(timeout: timeout) }
+  }
+}
+
+extension DispatchGroup {
+  /// Waits until the group's work, done by `target`, has finished, as a tracked wait (see
+  /// ``withTrackedWait(for:file:line:_:)``).
+  ///
+  /// - Parameters:
+  ///   - target: Who does the group's work.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
+    trackingWait(
+      for: target, operation: "DispatchGroup.wait(for:)", site: CallSite(file: file, line: line)
+    ) { wait() }
+  }
+
+  /// Waits at most until `timeout` for the group's work, done by `target`, as a tracked wait.
+  ///
+  /// - Parameters:
+  ///   - target: Who does the group's work.
+  ///   - timeout: When to stop waiting.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  /// - Returns: Whether the work finished in time.
+  public func wait(
+    for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
+    line: UInt = #line
+  ) -> DispatchTimeoutResult {
+    trackingWait(
+      for: target, operation: "DispatchGroup.wait(for:timeout:)",
+      site: CallSite(file: file, line: line)
+    ) { wait(timeout: timeout) }
+  }
+}
+
+extension DispatchQueue {
+  /// Runs `work` on this serial queue and waits for it, like `sync(execute:)`, as a tracked
+  /// wait for ``WaitTarget/queue(_:file:line:)`` of this queue.
+  ///
+  /// On `DispatchQueue.main` from main context this stops with a report instead of trapping in
+  /// libdispatch without a message.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  ///   - work: The work to run on the queue.
+  /// - Returns: What `work` returns.
+  /// - Throws: What `work` throws.
+  public func trackedSync<Result, Failure: Error>(
+    file: StaticString = #fileID, line: UInt = #line,
+    execute work: () throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    let target = WaitTarget.queue(self, file: file, line: line)
+    return try trackingWait(
+      for: target, operation: "DispatchQueue.trackedSync", site: CallSite(file: file, line: line)
+    ) { () throws(Failure) in
+      var outcome: Swift.Result<Result, Failure>?
+      sync { outcome = Swift.Result { () throws(Failure) in try work() } }
+      return try outcome!.get()
+    }
+  }
+}
+
+/// Registers a blocking wait for the deadlock detector around `wait`.
+func trackingWait<Result, Failure: Error>(
+  for target: WaitTarget,
+  operation: StaticString,
+  site: CallSite,
+  _ wait: () throws(Failure) -> Result
+) throws(Failure) -> Result {
+  let thread = ThreadRecord.current
+  let blocked = BlockedWait(
+    object: .target(target), operation: operation, site: site,
+    holdsMainQueue: MainContext.isCurrent(on: thread))
+  DeadlockDetection.beginWait(blocked, on: thread.id)
+  defer { DeadlockDetection.endWait(on: thread.id) }
+  return try wait()
+}
