@@ -7,7 +7,10 @@ enum DemoUsage {
       runLoop        the same, served by RunLoop.main.run()
       mainActor      the same, from async code on the main actor
 
-    Diagnostics (each stops the process on purpose and shows the message):
-      reentrance     an initializer calls onceOnMain for its own token
+    Diagnostics:
+      reentrance     an initializer calls onceOnMain for its own token (stops the process)
+      deadlock       every deadlock story below, each in a process of its own
+      deadlock cycle | stall | never-served | busy
+                     one story: a proven cycle stops the process; stalls are reported
     """
 }

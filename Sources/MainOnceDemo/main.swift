@@ -14,6 +14,15 @@ case "mainActor":
   RaceStory(driver: .mainActor).start()
 case "reentrance":
   Reentrance.run()
+case "deadlock":
+  if let name = arguments.dropFirst().first {
+    guard let story = DeadlockStory(rawValue: name) else {
+      FileHandle.standardError.write(Data((DemoUsage.text + "\n").utf8))
+      exit(64)
+    }
+    story.run()
+  }
+  DeadlockStory.runAll()
 case "help", "-h", "--help":
   print(DemoUsage.text)
 default:

@@ -8,7 +8,15 @@ import MainOnceFixtureSupport
 
 let usage =
   "usage: MainOnceFixture dispatchMain|runLoop topLevel|mainBlock|background|nestedSync|mixed\n"
-  + "       MainOnceFixture none topLevel"
+  + "       MainOnceFixture none topLevel\n"
+  + "       MainOnceFixture deadlock "
+  + DeadlockScenario.allCases.map(\.rawValue).joined(separator: "|")
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "deadlock",
+  let scenario = DeadlockScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
+}
 
 guard CommandLine.arguments.count == 3,
   let driver = Driver(rawValue: CommandLine.arguments[1]), driver != .asyncMain,

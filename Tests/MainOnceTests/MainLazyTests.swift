@@ -52,3 +52,26 @@ struct MainLazyTests {
     #expect(Values.mainOnly.value.uses == 2)
   }
 }
+
+/// A lazy value whose builder reads itself.
+enum SelfReadingLazy {
+  static let declarationLine: UInt = #line + 1
+  static let value: MainLazy<Int> = MainLazy { SelfReadingLazy.value.value + 1 }
+}
+
+@Suite("MainLazy misuse")
+struct MainLazyMisuseTests {
+  @Test("a builder that reads its own value stops with a message")
+  func builderReadsItself() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      _ = SelfReadingLazy.value.value
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(
+      text.contains(
+        "MainOnce: MainLazy<Int> declared at MainOnceTests/MainLazyTests.swift:"
+          + "\(SelfReadingLazy.declarationLine) read its own value while building it"
+      ), "\(text)")
+  }
+}

@@ -178,8 +178,8 @@ struct OnceOnMainTests {
 
 /// How many callers are queued for the token named `name`.
 func waitingCallers(of name: String) -> Int {
-  OnceEngine.table.withLock { table in
-    table.flights.values.first { $0.cell.label.description.contains("\"\(name)\"") }?.waiters
+  Registry.shared.withLock { registry in
+    registry.flights.values.first { $0.cell.label.description.contains("\"\(name)\"") }?.waiters
       .count ?? 0
   }
 }

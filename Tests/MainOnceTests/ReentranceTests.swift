@@ -19,6 +19,7 @@ struct ReentranceTests {
   @Test("an initializer that calls its own token stops with both call sites")
   func reentranceStopsTheProcess() async throws {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
       SelfCallingInitializer.run()
     }
     let standardError = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)

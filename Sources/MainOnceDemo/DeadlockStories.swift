@@ -1,0 +1,101 @@
+import Foundation
+import MainOnce
+
+/// The deadlock detector at work. Each story runs in a process of its own.
+enum DeadlockStory: String, CaseIterable {
+  case cycle, stall, neverServed = "never-served", busy
+
+  var summary: String {
+    switch self {
+    case .cycle:
+      "the main queue waits (tracked) for a worker that needs the stack: stopped at once"
+    case .stall:
+      "the main queue waits on a raw semaphore for that worker: reported, then it recovers"
+    case .neverServed:
+      "top-level code blocks before it starts a run loop: reported"
+    case .busy:
+      "the main queue computes for 2 s: reported as busy, never stopped"
+    }
+  }
+
+  func run() -> Never {
+    say("MainOnce demo: \(summary)")
+    switch self {
+    case .cycle:
+      DispatchQueue.main.async {
+        let worker = WaitTarget.work("thumbnail worker")
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+          worker.perform { _ = Services.stack.value }
+          done.signal()
+        }
+        done.wait(for: worker)
+        say("unreachable: MainOnce stops the process when the worker blocks")
+      }
+    case .stall:
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+          _ = Services.stack.value
+          done.signal()
+        }
+        if done.wait(timeout: .now() + 2.5) == .timedOut {
+          say("the main queue gave up waiting after 2.5 s; the worker's hop can run now")
+        }
+        finishAfterStackIsBuilt()
+      }
+    case .neverServed:
+      DispatchQueue.global().async { _ = Services.stack.value }
+      usleep(2_000_000)
+      say("the main thread starts dispatchMain() after 2 s")
+      DispatchQueue.main.async { finishAfterStackIsBuilt() }
+    case .busy:
+      DispatchQueue.main.async {
+        DispatchQueue.global().async { _ = Services.stack.value }
+        let end = ContinuousClock.now + .seconds(2)
+        var iterations = 0
+        while ContinuousClock.now < end { iterations &+= 1 }
+        finishAfterStackIsBuilt()
+      }
+    }
+    dispatchMain()
+  }
+
+  /// Runs every story in a child process and shows what each printed.
+  static func runAll() -> Never {
+    var failures = 0
+    for story in allCases {
+      let process = Process()
+      process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
+      process.arguments = ["deadlock", story.rawValue]
+      let output = Pipe()
+      process.standardOutput = output
+      process.standardError = output
+      print("$ MainOnceDemo deadlock \(story.rawValue)")
+      do {
+        try process.run()
+      } catch {
+        print("cannot start: \(error)")
+        exit(1)
+      }
+      let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+      process.waitUntilExit()
+      // Keep the report; leave out the runtime's crash backtrace after a deliberate stop.
+      let shown = text.components(separatedBy: "\n*** ").first ?? text
+      print(shown.trimmingCharacters(in: .newlines))
+      print("(exit status \(process.terminationStatus))\n")
+      let expectedToStop = story == .cycle
+      if (process.terminationStatus != 0) != expectedToStop { failures += 1 }
+    }
+    exit(failures == 0 ? 0 : 1)
+  }
+}
+
+/// Waits, off the main queue, until the stack exists, then ends the story.
+private func finishAfterStackIsBuilt() {
+  DispatchQueue.global().async {
+    _ = Services.stack.value
+    say("the stack is built; the story ends")
+    exit(0)
+  }
+}

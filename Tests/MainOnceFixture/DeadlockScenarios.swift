@@ -1,0 +1,127 @@
+import Dispatch
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+
+/// Scenarios for the deadlock detector: `MainOnceFixture deadlock <scenario>`.
+/// Those that end print `PASS …`; those that MainOnce must stop never print it.
+enum DeadlockScenario: String, CaseIterable {
+  /// Main-queue code waits for work that then calls `onceOnMain`.
+  case trackedCycleMainFirst
+  /// Work blocks in `onceOnMain`; then main-queue code waits for it.
+  case trackedCycleWorkerFirst
+  /// `DispatchQueue.main.trackedSync` from main-queue code.
+  case mainQueueSyncFromMain
+  /// Main-queue code blocks in a raw semaphore wait for 3 s while a thread waits for it.
+  case rawSemaphore
+  /// The main thread blocks for 3 s before it ever serves the main queue.
+  case neverServed
+  /// A main-queue block computes for 2.5 s while a thread waits for the main queue.
+  case busyMain
+  /// The main thread sleeps 1.5 s, then calls `dispatchMain()`.
+  case sleepingMain
+  /// Main-queue code waits for work that does not need the main queue: no cycle.
+  case unrelatedTrackedWait
+  /// A `sync` nested in a main-queue block, without queue introspection: the hop can never
+  /// start. A report handler prints the report and ends the process.
+  case nestedSyncWithoutIntrospection
+  /// A cycle delivered to a report handler, which must still stop the process.
+  case cycleToHandler
+
+  enum Tokens {
+    static let token = MainOnceToken("deadlock scenario")
+  }
+
+  func run() -> Never {
+    let limit = ProcessInfo.processInfo.environment["FIXTURE_TIMEOUT"].flatMap { Int($0) }
+    Watchdog.start(seconds: limit ?? 20)
+    switch self {
+    case .trackedCycleMainFirst, .cycleToHandler:
+      if self == .cycleToHandler {
+        DeadlockDetection.reportHandler = { report in
+          let firstLine = report.text.prefix(while: { $0 != "\n" })
+          FileHandle.standardOutput.write(Data("HANDLER \(report.kind) \(firstLine)\n".utf8))
+        }
+      }
+      let loader = WaitTarget.work("loader")
+      let done = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(100)) {
+          loader.perform { onceOnMain(token: Tokens.token) {} }
+          done.signal()
+        }
+        done.wait(for: loader)
+        finish("the cycle went unnoticed")
+      }
+    case .trackedCycleWorkerFirst:
+      let loader = WaitTarget.work("loader")
+      let done = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread {
+          loader.perform { onceOnMain(token: Tokens.token) {} }
+          done.signal()
+        }.start()
+        usleep(300_000)  // the worker is blocked in its hop by now
+        done.wait(for: loader)
+        finish("the cycle went unnoticed")
+      }
+    case .mainQueueSyncFromMain:
+      DispatchQueue.main.async {
+        DispatchQueue.main.trackedSync {}
+        finish("main-queue sync from the main queue returned")
+      }
+    case .rawSemaphore:
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        _ = never.wait(timeout: .now() + 3)
+      }
+    case .neverServed:
+      Thread { callAndFinish() }.start()
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 3)
+    case .busyMain:
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        let end = ContinuousClock.now + .milliseconds(2_500)
+        var spins = 0
+        while ContinuousClock.now < end { spins &+= 1 }
+      }
+    case .sleepingMain:
+      Thread { callAndFinish() }.start()
+      usleep(1_500_000)
+    case .unrelatedTrackedWait:
+      let compute = WaitTarget.work("compute")
+      let done = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        Thread {
+          compute.perform { usleep(500_000) }
+          done.signal()
+        }.start()
+        done.wait(for: compute)
+      }
+    case .nestedSyncWithoutIntrospection:
+      DeadlockDetection.reportHandler = { report in
+        FileHandle.standardError.write(Data((report.text + "\n").utf8))
+        finish("reported: \(report.kind)")
+      }
+      DispatchQueue.main.async {
+        DispatchQueue(label: "fixture.serial").sync { onceOnMain(token: Tokens.token) {} }
+        finish("the nested call returned")
+      }
+    }
+    dispatchMain()
+  }
+}
+
+/// Calls `onceOnMain` and ends the process with a passing verdict once the initializer ran.
+private func callAndFinish() -> Never {
+  var ran = false
+  onceOnMain(token: DeadlockScenario.Tokens.token) { ran = true }
+  finish("initializer ran: \(ran)")
+}
+
+private func finish(_ message: String) -> Never {
+  print("PASS " + message)
+  exit(0)
+}

@@ -1,0 +1,150 @@
+import Foundation
+import Testing
+
+/// The deadlock detector, one fixture process per scenario: each needs the main queue to itself.
+@Suite("Deadlock detection")
+struct DeadlockTests {
+  /// Runs `MainOnceFixture deadlock <scenario>`.
+  private func run(_ scenario: String, _ environment: [String: String] = [:]) async throws
+    -> FixtureProcess.Outcome
+  {
+    try await FixtureProcess.run(
+      "MainOnceFixture", ["deadlock", scenario], environment: environment)
+  }
+
+  @Test(
+    "a tracked wait on the main queue for its caller stops with one line per edge",
+    arguments: ["trackedCycleMainFirst", "trackedCycleWorkerFirst"])
+  func trackedCycle(_ scenario: String) async throws {
+    let outcome = try await run(scenario)
+    #expect(!outcome.timedOut)
+    #expect(outcome.status != 0)
+    #expect(!outcome.standardOutput.contains("PASS"))
+    let lines = outcome.standardError.split(separator: "\n").map(String.init)
+    #expect(lines.first == "MainOnce: deadlock detected")
+    let edges = lines.dropFirst().prefix { $0.hasPrefix("  ") }
+    #expect(edges.count == 2, "\(outcome.standardError)")
+    let edge =
+      #/^  thread \d+( \(holds the main queue\))? waits for .+ in .+ at MainOnceFixture/DeadlockScenarios\.swift:\d+; blocked by thread \d+, which (holds the main queue|performs it)$/#
+    #expect(edges.allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(edges)")
+    #expect(
+      edges.contains { $0.contains("waits for work \"loader\" in DispatchSemaphore.wait(for:)") })
+    #expect(
+      edges.contains { $0.contains("waits for the initializer of token \"deadlock scenario\"") })
+    #expect(lines.dropFirst(3).first?.hasPrefix("hint: ") == true)
+    #expect(
+      outcome.standardError.contains(
+        "Fatal error: MainOnce: stopping the process: deadlock detected"))
+  }
+
+  @Test("main-queue sync from the main queue stops with a report instead of a silent trap")
+  func mainQueueSyncFromMain() async throws {
+    let outcome = try await run("mainQueueSyncFromMain")
+    #expect(outcome.status != 0)
+    #expect(outcome.standardError.hasPrefix("MainOnce: deadlock detected\n"))
+    #expect(
+      outcome.standardError.contains(
+        "(holds the main queue) waits for the main queue in DispatchQueue.trackedSync"))
+  }
+
+  @Test("a raw semaphore wait on the main queue is reported within the stall timeout")
+  func rawSemaphoreIsReported() async throws {
+    let outcome = try await run("rawSemaphore")
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS initializer ran: true")
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect((1.0...2.0).contains(report.waited), "reported after \(report.waited) s")
+    #expect(
+      report.text.contains(" s in onceOnMain(token:) at MainOnceFixture/DeadlockScenarios.swift:"))
+    #expect(report.text.contains("the main queue is held by thread"))
+    #expect(report.text.contains("which is blocked in futex"))
+    #expect(outcome.standardError.contains("wait in onceOnMain(token:)"))
+    #expect(outcome.standardError.contains("ended after 3.0 s"))
+  }
+
+  @Test(
+    "a blocked main queue stops the process when stalls abort",
+    arguments: ["rawSemaphore", "neverServed"])
+  func stallAborts(_ scenario: String) async throws {
+    let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])
+    #expect(outcome.status != 0)
+    #expect(!outcome.standardOutput.contains("PASS"))
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect((1.0...2.0).contains(report.waited))
+    #expect(
+      outcome.standardError.contains("which is blocked in futex")
+        || outcome.standardError.contains("it is blocked in futex"))
+    #expect(outcome.standardError.contains("Fatal error: MainOnce: stopping the process"))
+  }
+
+  @Test("a main queue that was never served is reported as such")
+  func neverServedIsReported() async throws {
+    let outcome = try await run("neverServed")
+    #expect(outcome.status == 0)
+    #expect(
+      outcome.standardError.contains(
+        "the main queue has never been served: the main thread has not started dispatchMain() or RunLoop.main.run(); it is blocked in futex"
+      ))
+    #expect(outcome.standardError.contains("hint: serve the main queue"))
+  }
+
+  @Test(
+    "a busy or sleeping main queue is never stopped, even when stalls abort",
+    arguments: [("busyMain", "busy running code"), ("sleepingMain", "sleeping (clock_nanosleep)")])
+  func noFalsePositives(_ scenario: String, _ state: String) async throws {
+    let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS initializer ran: true")
+    #expect(outcome.standardError.contains(state))
+    #expect(!outcome.standardError.contains("Fatal error"))
+  }
+
+  @Test("a tracked wait for work that does not need the main queue is no cycle")
+  func unrelatedTrackedWait() async throws {
+    let outcome = try await run("unrelatedTrackedWait", ["MAINONCE_DEADLOCK": "abort"])
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.standardError.isEmpty)
+  }
+
+  @Test("without queue introspection, a nested sync that can never hop is explained")
+  func nestedSyncWithoutIntrospection() async throws {
+    let outcome = try await run(
+      "nestedSyncWithoutIntrospection", ["MAINONCE_QUEUE_INTROSPECTION": "off"])
+    #expect(outcome.verdict == "PASS reported: stall")
+    #expect(outcome.standardError.contains("queue introspection is unavailable"))
+    #expect(outcome.standardError.contains("inside queue.sync within a main-queue block"))
+  }
+
+  @Test("a report handler receives the cycle, and the process still stops")
+  func reportHandler() async throws {
+    let outcome = try await run("cycleToHandler")
+    #expect(outcome.standardOutput.contains("HANDLER cycle MainOnce: deadlock detected"))
+    #expect(outcome.status != 0)
+  }
+
+  @Test("MAINONCE_DEADLOCK=report reports a cycle and keeps waiting")
+  func reportPolicyKeepsWaiting() async throws {
+    let outcome = try await run(
+      "trackedCycleMainFirst", ["MAINONCE_DEADLOCK": "report", "FIXTURE_TIMEOUT": "2"])
+    #expect(outcome.standardError.hasPrefix("MainOnce: deadlock detected\n"))
+    #expect(!outcome.standardError.contains("Fatal error"))
+    #expect(outcome.verdict == "FAIL timed out after 2 s")
+  }
+
+  @Test("MAINONCE_DEADLOCK=off reports nothing")
+  func offPolicyIsSilent() async throws {
+    let outcome = try await run("rawSemaphore", ["MAINONCE_DEADLOCK": "off"])
+    #expect(outcome.status == 0)
+    #expect(outcome.standardError.isEmpty)
+  }
+
+  /// The first stall report in `text`, with how long it says the caller had waited.
+  private func stallReport(in text: String) -> (text: String, waited: Double)? {
+    guard
+      let match = text.firstMatch(
+        of: #/MainOnce: thread \d+ has waited (\d+\.\d) s[^\n]*(\n  [^\n]*)*\nhint: [^\n]*/#),
+      let waited = Double(match.output.1)
+    else { return nil }
+    return (String(match.output.0), waited)
+  }
+}

@@ -1,0 +1,132 @@
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+
+@testable import MainOnce
+
+@Suite("Tracked waits")
+struct TrackedWaitTests {
+  @Test("a tracked wait returns what the wait returns and leaves no edge behind")
+  func trackedWaitLeavesNoEdge() async {
+    let (value, edgeLeft) = await onThread { () -> (Int, Bool) in
+      let value = withTrackedWait(for: .work("nothing")) { 42 }
+      let me = ThreadRecord.current.id
+      return (value, Registry.shared.withLock { $0.waits[me] != nil })
+    }
+    #expect(value == 42)
+    #expect(!edgeLeft)
+  }
+
+  @Test("a tracked semaphore wait for work on another thread completes")
+  func semaphoreWaitCompletes() async {
+    let result = await onThread { () -> DispatchTimeoutResult in
+      let work = WaitTarget.work("background sum")
+      let done = DispatchSemaphore(value: 0)
+      Thread {
+        work.perform { usleep(10_000) }
+        done.signal()
+      }.start()
+      return done.wait(for: work, timeout: .now() + 10)
+    }
+    #expect(result == .success)
+  }
+
+  @Test("trackedSync on a serial queue runs the work there and returns its value")
+  func trackedSyncReturnsValue() async {
+    let queue = DispatchQueue(label: "tracked.serial")
+    let value = await onThread {
+      queue.trackedSync { () -> String in
+        dispatchPrecondition(condition: .onQueue(queue))
+        return "ran"
+      }
+    }
+    #expect(value == "ran")
+  }
+
+  @Test("two threads that wait for each other are stopped with both edges")
+  func threadCycle() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      let me = WaitTarget.currentThread
+      let other = Mutex<WaitTarget?>(nil)
+      let never = DispatchSemaphore(value: 0)
+      Thread {
+        other.withLock { $0 = .currentThread }
+        never.wait(for: me)
+      }.start()
+      while other.withLock({ $0 == nil }) { usleep(1_000) }
+      usleep(100_000)  // the other thread is blocked by now
+      never.wait(for: other.withLock { $0! })
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let lines = text.split(separator: "\n")
+    #expect(lines.first == "MainOnce: deadlock detected")
+    let edge =
+      #/^  thread \d+ waits for thread \d+ in DispatchSemaphore\.wait\(for:\) at MainOnceTests/TrackedWaitTests\.swift:\d+; blocked by thread \d+$/#
+    #expect(lines.dropFirst().prefix(2).allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(text)")
+  }
+
+  @Test("a cycle through a serial queue's owner is stopped")
+  func queueCycle() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      let queue = DispatchQueue(label: "tracked.cycle")
+      let job = WaitTarget.work("job")
+      let done = DispatchSemaphore(value: 0)
+      queue.sync {
+        Thread {
+          job.perform { queue.trackedSync {} }
+          done.signal()
+        }.start()
+        done.wait(for: job)
+      }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.hasPrefix("MainOnce: deadlock detected\n"))
+    #expect(
+      text.contains(
+        "waits for queue \"tracked.cycle\" in DispatchQueue.trackedSync at MainOnceTests/TrackedWaitTests.swift:"
+      ))
+    #expect(text.contains("which runs that queue"))
+    #expect(
+      text.contains(
+        "waits for work \"job\" in DispatchSemaphore.wait(for:) at MainOnceTests/TrackedWaitTests.swift:"
+      ))
+    #expect(text.contains("which performs it"))
+  }
+
+  @Test("a concurrent queue is rejected as a wait target, naming the call site")
+  func concurrentQueueTarget() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      _ = WaitTarget.queue(DispatchQueue(label: "wide", attributes: .concurrent))
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("MainOnceTests/TrackedWaitTests.swift:"))
+    #expect(
+      text.contains(
+        "MainOnce: WaitTarget.queue(_:) needs a serial queue, and \"wide\" is concurrent"))
+  }
+
+  @Test("perform(_:) on a target that is not work is rejected")
+  func performOnThreadTarget() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      WaitTarget.currentThread.perform {}
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(
+      text.contains("MainOnce: perform(_:) runs work for a target made by WaitTarget.work(_:)"))
+  }
+
+  @Test("a stall timeout that is not positive is rejected")
+  func nonPositiveStallTimeout() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      DeadlockDetection.stallTimeout = .zero
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("MainOnce: DeadlockDetection.stallTimeout must be positive"))
+  }
+}
