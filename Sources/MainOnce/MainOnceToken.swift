@@ -2,7 +2,9 @@ public import Synchronization
 
 /// A flag that lets ``onceOnMain(token:file:line:_:)`` run an initializer exactly once.
 ///
-/// Declare a token as a `static let` or a global `let`, next to the state it guards:
+/// Declare a token as a `static let` or a global `let`, next to the state it guards (the forms
+/// that do not block keep using its address until the initialization has finished, so it must
+/// live that long):
 ///
 /// ```swift
 /// enum AudioEngine {

@@ -6,28 +6,6 @@ import Testing
 
 @testable import MainOnce
 
-/// Counts what initializers and their callers saw.
-private final class Tally: Sendable {
-  let runs = Atomic(0)
-  let earlyReturns = Atomic(0)
-  let finished = Atomic(false)
-  let ranInMainContext = Atomic(true)
-
-  @MainActor
-  func initialize() {
-    if !MainContext.isCurrent || DispatchQueue.getSpecific(key: mainQueueKey) != true {
-      ranInMainContext.store(false, ordering: .relaxed)
-    }
-    runs.add(1, ordering: .relaxed)
-    usleep(5_000)
-    finished.store(true, ordering: .releasing)
-  }
-
-  func returned() {
-    if !finished.load(ordering: .acquiring) { earlyReturns.add(1, ordering: .relaxed) }
-  }
-}
-
 private struct Failure: Error, Equatable {
   let caller: Int
 }
@@ -44,7 +22,7 @@ struct OnceOnMainTests {
 
   @Test("initializer runs once when eight threads race")
   func racingThreads() async {
-    let tally = Tally()
+    let tally = RaceTally()
     await raceThreads(8) { _ in
       onceOnMain(token: Tokens.race) { tally.initialize() }
       tally.returned()
@@ -157,7 +135,7 @@ struct OnceOnMainTests {
     let threadCount = 8
     for _ in 0..<rounds {
       let tokens = TokenBuffer(count: tokenCount)
-      let tallies = (0..<tokenCount).map { _ in Tally() }
+      let tallies = (0..<tokenCount).map { _ in RaceTally() }
       let finished = await raceThreads(threadCount) { thread in
         for step in 0..<tokenCount {
           let index = (step * 7 + thread * 13) % tokenCount

@@ -45,6 +45,10 @@ final class Waiter: @unchecked Sendable {
   let thread: ThreadID?
   /// The initializer; `nil` once taken to run, or once the waiter is resolved.
   var attempt: Attempt?
+  /// Whether resolving this waiter only enqueues work (a completion handler), so that it can be
+  /// resolved under the lock, before the cell is published: then handlers keep arrival order
+  /// with callers that find the cell done and enqueue theirs directly.
+  let resolvesInOrder: Bool
   private let onResolution: @Sendable (Resolution) -> Void
 
   /// A thread that blocks in `parking` until resolved.
@@ -52,17 +56,19 @@ final class Waiter: @unchecked Sendable {
     self.site = site
     self.thread = thread
     self.attempt = attempt
+    resolvesInOrder = false
     onResolution = { parking.resolve($0) }
   }
 
   /// An async or completion caller, resumed by `onResolution`.
   init(
-    site: CallSite, attempt: @escaping Attempt,
+    site: CallSite, attempt: @escaping Attempt, resolvesInOrder: Bool,
     onResolution: @escaping @Sendable (Resolution) -> Void
   ) {
     self.site = site
     thread = nil
     self.attempt = attempt
+    self.resolvesInOrder = resolvesInOrder
     self.onResolution = onResolution
   }
 

@@ -5,7 +5,10 @@ internal import Synchronization
 /// The word is zero until an initializer succeeds; then it holds the non-zero value the
 /// initializer published (1 for a token, the value's address for a ``MainLazy``). Its address
 /// identifies the cell while any call for it is in flight, which keeps the storage alive.
-struct OnceCell {
+struct OnceCell: @unchecked Sendable {
+  // This is safe because the state word is only read and written atomically, and it outlives
+  // every use of the cell: a cell is only used while a call for it is in progress, and the
+  // caller keeps the storage (a static token, a MainLazy, a per-object box) alive meanwhile.
   let state: UnsafePointer<Atomic<UInt>>
   let label: CellLabel
 
@@ -23,14 +26,14 @@ struct OnceCell {
 enum CellLabel: Sendable, CustomStringConvertible {
   case token(name: StaticString, declaration: CallSite)
   case lazy(typeName: String, declaration: CallSite)
-  case object(typeName: String, site: CallSite)
+  case object(typeName: String, site: CallSite, operation: StaticString)
 
   /// The API whose caller waits for such a cell, for reports.
   var operation: StaticString {
     switch self {
     case .token: "onceOnMain(token:)"
     case .lazy: "MainLazy.value"
-    case .object: "onceOnMain(for:)"
+    case .object(_, _, let operation): operation
     }
   }
 
@@ -46,8 +49,8 @@ enum CellLabel: Sendable, CustomStringConvertible {
         ? "token declared at \(declaration)" : "token \"\(name)\" (\(declaration))"
     case .lazy(let typeName, let declaration):
       "MainLazy<\(typeName)> declared at \(declaration)"
-    case .object(let typeName, let site):
-      "once-per-object call at \(site) for a \(typeName)"
+    case .object(let typeName, let site, let operation):
+      "\(operation) at \(site) for a \(typeName)"
     }
   }
 }

@@ -48,10 +48,14 @@ struct Registry {
     var deliveries = Deliveries()
     switch result {
     case .success(let value):
+      for queued in flight.waiters where queued.resolvesInOrder {
+        queued.attempt = nil
+        queued.resolve(queued === waiter ? .ran(result) : .done)
+      }
       flight.cell.publish(value)
       flight.isFinished = true
       flights[flight.cell.key] = nil
-      for queued in flight.waiters {
+      for queued in flight.waiters where !queued.resolvesInOrder {
         deliveries.append(queued, queued === waiter ? .ran(result) : .done)
       }
       flight.waiters.removeAll()

@@ -1,0 +1,93 @@
+public import Dispatch
+
+/// Starts or joins the initialization for `token` and returns at once; `completion` runs on
+/// `completionQueue` when it is done.
+///
+/// ```swift
+/// onceOnMain(token: Graphics.setupToken) {
+///   initializeMainThreadOnlyLibrary()
+/// } completion: {
+///   renderFirstFrame()  // on the main queue, after the initializer
+/// }
+/// ```
+///
+/// For callback-style code that must not block. This shares tokens with the blocking and async
+/// forms: a second caller never causes a second run. `completion` is always called
+/// asynchronously, on `completionQueue`, exactly once per call, also when the token is already
+/// done or the call is made in main context. Completions of calls that arrive while the
+/// initialization is in flight are kept and submitted in the order the calls arrived, when it
+/// finishes; on a serial queue they run in that order, also relative to calls that arrive after
+/// it finished.
+///
+/// Everything the initializer wrote happens before `completion` runs.
+///
+/// This form cannot deadlock on the main queue: it never blocks a thread.
+///
+/// - Parameters:
+///   - token: The token that records whether an initializer has run.
+///   - completionQueue: Where `completion` runs. Defaults to the main queue.
+///   - file: The caller's file, for diagnostics; leave the default.
+///   - line: The caller's line, for diagnostics; leave the default.
+///   - initializer: The work to do once, in main context.
+///   - completion: Called once the token is done.
+public func onceOnMain(
+  token: borrowing MainOnceToken,
+  completionQueue: DispatchQueue = .main,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  _ initializer: @escaping @MainActor @Sendable () -> Void,
+  completion: @escaping @Sendable () -> Void
+) {
+  onceOnMain(
+    token: token, completionQueue: completionQueue, file: file, line: line, initializer,
+    completion: { (_: Result<Void, Never>) in completion() })
+}
+
+/// Starts or joins the initialization for `token` and returns at once; `completion` receives
+/// the outcome on `completionQueue`.
+///
+/// Like the non-throwing form, except that `initializer` may throw. If this caller's initializer
+/// ran and threw, `completion` receives that error, the token stays fresh, and the next waiting
+/// caller's initializer is tried, as in ``onceOnMain(token:file:line:_:)``. Every other outcome
+/// is `.success`.
+///
+/// - Parameters:
+///   - token: The token that records whether an initializer has run.
+///   - completionQueue: Where `completion` runs. Defaults to the main queue.
+///   - file: The caller's file, for diagnostics; leave the default.
+///   - line: The caller's line, for diagnostics; leave the default.
+///   - initializer: The work to do once, in main context.
+///   - completion: Called once with the outcome of this call.
+public func onceOnMain<Failure: Error>(
+  token: borrowing MainOnceToken,
+  completionQueue: DispatchQueue = .main,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  _ initializer: @escaping @MainActor @Sendable () throws(Failure) -> Void,
+  completion: @escaping @Sendable (Result<Void, Failure>) -> Void
+) {
+  if token._isDone {
+    return completionQueue.async { completion(.success(())) }
+  }
+  let waiter = Waiter(
+    site: CallSite(file: file, line: line),
+    attempt: {
+      Result { () throws(Failure) in try MainActor.runIsolated(initializer) }.map { 1 }.mapError {
+        $0
+      }
+    },
+    resolvesInOrder: true,
+    onResolution: { resolution in
+      let outcome: Result<Void, Failure> =
+        switch resolution {
+        case .ran(.failure(let error)): .failure(error as! Failure)
+        case .done, .ran(.success): .success(())
+        case .retry, .cancelled:
+          Diagnostics.internalInconsistency("a completion waiter was asked to retry or cancelled")
+        }
+      completionQueue.async { completion(outcome) }
+    })
+  if !OnceEngine.enqueue(waiter, for: token.escapingCell()) {
+    completionQueue.async { completion(.success(())) }
+  }
+}

@@ -1,0 +1,129 @@
+import Dispatch
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+import Testing
+
+private struct AttemptFailed: Error, Equatable {
+  let caller: Int
+}
+
+@Suite("await onceOnMain")
+struct AsyncOnceOnMainTests {
+  enum Tokens {
+    static let mixedRace = MainOnceToken("mixed race")
+    static let mainActor = MainOnceToken("async main actor")
+    static let cancellation = MainOnceToken("cancellation")
+    static let retries = MainOnceToken("async retries")
+  }
+
+  @Test("async tasks and blocking threads racing on one token run the initializer once")
+  func tasksAndThreadsRace() async {
+    let tally = RaceTally()
+    async let threads: Bool = raceThreads(8) { _ in
+      onceOnMain(token: Tokens.mixedRace) { tally.initialize() }
+      tally.returned()
+    }
+    let tasks = (0..<8).map { _ in
+      Task {
+        try await onceOnMain(token: Tokens.mixedRace) { tally.initialize() }
+        tally.returned()
+      }
+    }
+    for task in tasks {
+      await #expect(throws: Never.self) { try await withinTimeLimit { try await task.value } }
+    }
+    _ = await threads
+    #expect(tally.runs.load(ordering: .relaxed) == 1)
+    #expect(tally.earlyReturns.load(ordering: .relaxed) == 0)
+  }
+
+  @Test("a main-actor caller runs the initializer in place, without suspending")
+  @MainActor
+  func mainActorRunsInPlace() async throws {
+    let caller = pthread_self()
+    let ranOn = Mutex<pthread_t?>(nil)
+    try await onceOnMain(token: Tokens.mainActor) {
+      ranOn.withLock { $0 = pthread_self() }
+    }
+    #expect(ranOn.withLock { $0 } == caller)
+  }
+
+  @Test("a cancelled waiter throws CancellationError while the initialization goes on")
+  func cancelledWaiter() async throws {
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let runs = Recorder<Int>()
+    // A blocking caller holds the main queue inside its initializer until released.
+    Thread {
+      onceOnMain(token: Tokens.cancellation) {
+        runs.record(0)
+        started.signal()
+        release.wait()
+      }
+    }.start()
+    guard await wait(for: started) else { return }
+    let waiter = Task {
+      try await onceOnMain(token: Tokens.cancellation) { runs.record(1) }
+    }
+    try await Task.sleep(for: .milliseconds(50))
+    waiter.cancel()
+    await #expect(throws: CancellationError.self) {
+      try await withinTimeLimit { try await waiter.value }
+    }
+    release.signal()
+    // The initialization finished, and it was the first caller's: the cancelled one never ran.
+    try await withinTimeLimit {
+      try await onceOnMain(token: Tokens.cancellation) { runs.record(2) }
+    }
+    #expect(runs.recorded == [0])
+  }
+
+  @Test("after failed attempts, queued async callers run theirs in turn; none is lost")
+  func failuresHandOverToAsyncWaiters() async throws {
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let attempts = Recorder<Int>()
+    let first = Task.detached {
+      try await onThread {
+        Result { () throws(AttemptFailed) in
+          try onceOnMain(token: Tokens.retries) { () throws(AttemptFailed) in
+            attempts.record(0)
+            started.signal()
+            release.wait()
+            throw AttemptFailed(caller: 0)
+          }
+        }
+      }.get()
+    }
+    guard await wait(for: started) else { return }
+    // Callers 1 and 2 fail too; caller 3 succeeds; callers 4 and 5 never run.
+    var waiters: [Task<Void, any Error>] = []
+    for caller in 1...5 {
+      waiters.append(
+        Task {
+          try await onceOnMain(token: Tokens.retries) {
+            attempts.record(caller)
+            if caller < 3 { throw AttemptFailed(caller: caller) }
+          }
+        })
+      try await Task.sleep(for: .milliseconds(20))  // arrive in order
+    }
+    release.signal()
+    await #expect(throws: AttemptFailed(caller: 0)) {
+      try await withinTimeLimit { try await first.value }
+    }
+    for (index, waiter) in waiters.enumerated() {
+      let caller = index + 1
+      if caller < 3 {
+        await #expect(throws: AttemptFailed(caller: caller)) {
+          try await withinTimeLimit { try await waiter.value }
+        }
+      } else {
+        await #expect(throws: Never.self) { try await withinTimeLimit { try await waiter.value } }
+      }
+    }
+    #expect(attempts.recorded == [0, 1, 2, 3])
+  }
+}

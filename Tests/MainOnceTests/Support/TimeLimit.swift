@@ -1,0 +1,45 @@
+import Dispatch
+import Synchronization
+import Testing
+
+/// Awaits `operation` for at most `limit`. On timeout it records an issue, cancels the
+/// operation and returns `nil` without waiting for it, so that a lost continuation fails the
+/// test instead of hanging the run.
+func withinTimeLimit<Value: Sendable>(
+  _ limit: Duration = .seconds(10),
+  sourceLocation: SourceLocation = #_sourceLocation,
+  _ operation: @escaping @Sendable () async throws -> Value
+) async throws -> Value? {
+  let outcome = Slot<CheckedContinuation<Value?, any Error>>()
+  return try await withCheckedThrowingContinuation { continuation in
+    outcome.put(continuation)
+    let task = Task {
+      let result = await Result(catching: operation)
+      outcome.take()?.resume(with: result.map { $0 })
+    }
+    DispatchQueue.global().asyncAfter(deadline: .now() + limit.seconds) {
+      guard let continuation = outcome.take() else { return }
+      Issue.record("did not finish within \(limit)", sourceLocation: sourceLocation)
+      task.cancel()
+      continuation.resume(returning: nil)
+    }
+  }
+}
+
+extension Result where Failure == any Error {
+  init(catching body: () async throws -> Success) async {
+    do {
+      self = .success(try await body())
+    } catch {
+      self = .failure(error)
+    }
+  }
+}
+
+/// Holds one value until the first `take()`.
+private final class Slot<Value: Sendable>: Sendable {
+  private let value = Mutex<Value?>(nil)
+
+  func put(_ newValue: Value) { value.withLock { $0 = newValue } }
+  func take() -> Value? { value.withLock { $0.take() } }
+}
