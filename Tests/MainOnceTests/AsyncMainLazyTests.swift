@@ -1,0 +1,93 @@
+import Dispatch
+import Foundation
+import MainOnce
+import Synchronization
+import Testing
+
+private struct BuildFailed: Error, Equatable {}
+
+/// Lets a test decide when a build ends, and how.
+private final class BuildScript: Sendable {
+  private let results: Mutex<[Result<Int, BuildFailed>]>
+  private let gate = DispatchSemaphore(value: 0)
+  let builds = Recorder<Int>()
+
+  init(_ results: [Result<Int, BuildFailed>]) {
+    self.results = Mutex(results)
+  }
+
+  @MainActor
+  func build() async throws -> Int {
+    builds.record(builds.count)
+    await onThread { self.gate.wait() }
+    return try results.withLock { $0.removeFirst() }.get()
+  }
+
+  func finishBuild() { gate.signal() }
+}
+
+@Suite("AsyncMainLazy")
+struct AsyncMainLazyTests {
+  @Test("concurrent callers join one build")
+  func callersJoinOneBuild() async throws {
+    let script = BuildScript([.success(7)])
+    let lazy = AsyncMainLazy { try await script.build() }
+    let callers = (0..<16).map { _ in Task { try await lazy.value } }
+    try await Task.sleep(for: .milliseconds(50))
+    script.finishBuild()
+    for caller in callers {
+      #expect(try await withinTimeLimit { try await caller.value } == 7)
+    }
+    #expect(script.builds.count == 1)
+    #expect(try await withinTimeLimit { try await lazy.value } == 7)
+  }
+
+  @Test("a failed build reaches every waiting caller, and the next access builds again")
+  func failureReachesEveryCaller() async throws {
+    let script = BuildScript([.failure(BuildFailed()), .success(8)])
+    let lazy = AsyncMainLazy { try await script.build() }
+    let callers = (0..<6).map { _ in Task { try await lazy.value } }
+    try await Task.sleep(for: .milliseconds(50))
+    script.finishBuild()
+    for caller in callers {
+      await #expect(throws: BuildFailed.self) {
+        try await withinTimeLimit { try await caller.value }
+      }
+    }
+    let retried = Task { try await lazy.value }
+    try await Task.sleep(for: .milliseconds(20))
+    script.finishBuild()
+    #expect(try await withinTimeLimit { try await retried.value } == 8)
+    #expect(script.builds.count == 2)
+  }
+
+  @Test("a cancelled caller stops waiting, and the build goes on for the others")
+  func cancelledCaller() async throws {
+    let script = BuildScript([.success(9)])
+    let lazy = AsyncMainLazy { try await script.build() }
+    let cancelled = Task { try await lazy.value }
+    let patient = Task { try await lazy.value }
+    try await Task.sleep(for: .milliseconds(50))
+    cancelled.cancel()
+    await #expect(throws: CancellationError.self) {
+      try await withinTimeLimit { try await cancelled.value }
+    }
+    script.finishBuild()
+    #expect(try await withinTimeLimit { try await patient.value } == 9)
+    #expect(script.builds.count == 1)
+  }
+
+  @Test("a caller that is cancelled before it asks does not start a build")
+  func cancelledBeforeAsking() async throws {
+    let script = BuildScript([.success(10)])
+    let lazy = AsyncMainLazy { try await script.build() }
+    let caller = Task {
+      withUnsafeCurrentTask { $0?.cancel() }
+      return try await lazy.value
+    }
+    await #expect(throws: CancellationError.self) {
+      try await withinTimeLimit { try await caller.value }
+    }
+    #expect(script.builds.count == 0)
+  }
+}
