@@ -16,7 +16,7 @@ struct CallSite: Hashable, Sendable, CustomStringConvertible {
   }
 
   @usableFromInline
-  var description: String { "\(file):\(line)" }
+  var description: String { column == 0 ? "\(file):\(line)" : "\(file):\(line):\(column)" }
 
   @usableFromInline
   static func == (lhs: CallSite, rhs: CallSite) -> Bool {

@@ -1,0 +1,99 @@
+/// Runs `initializer` exactly once per lifetime of `object` for this call site, in main
+/// context, and returns after it has run.
+///
+/// One-time code declared inline, scoped to one object: the call site (`#fileID`, `#line` and
+/// `#column`) and the object together are the token.
+///
+/// ```swift
+/// final class DocumentWindow {
+///   func didBecomeVisible() {  // any thread
+///     onceOnMain(for: self) {
+///       installToolbar()  // once per window, on the main queue
+///     }
+///   }
+/// }
+/// ```
+///
+/// It behaves as ``onceOnMain(token:file:line:_:)`` does: concurrent callers wait for the one
+/// initializer, which runs in main context; its writes happen before every return; a throwing
+/// initializer leaves the call site fresh; calling the same site for the same object from inside
+/// its own initializer stops the process with a message.
+///
+/// MainOnce holds `object` weakly and never keeps it alive. When `object` is deallocated, its
+/// state goes with it: a new object, even one that happens to reuse the same address, runs its
+/// call sites again. There is no way to reset a call site for a living object.
+///
+/// A call costs a lock, two hash lookups and a weak load (tens of nanoseconds), also once done.
+///
+/// - Warning: Like the token form, this blocks outside main context and deadlocks if the main
+///   queue waits for the caller; MainOnce reports the cycles it can see.
+///
+/// - Parameters:
+///   - object: The object whose lifetime scopes the call.
+///   - file: The call site's file; leave the default.
+///   - line: The call site's line; leave the default.
+///   - column: The call site's column; leave the default.
+///   - initializer: The work to do once per object, in main context.
+/// - Throws: The error `initializer` threw, if this caller's initializer ran and threw.
+public func onceOnMain<Failure: Error>(
+  for object: AnyObject,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  column: UInt = #column,
+  _ initializer: @MainActor () throws(Failure) -> Void
+) throws(Failure) {
+  try runOncePerObject(
+    object, policy: .mainQueue, operation: "onceOnMain(for:)",
+    CallSite(file: file, line: line, column: column)
+  ) { () throws(Failure) in
+    try MainActor.runIsolated(initializer)
+  }
+}
+
+/// Runs `body` exactly once per lifetime of `object` for this call site, on the calling thread.
+///
+/// The twin of ``onceOnMain(for:file:line:column:_:)`` for work that may run anywhere: the first
+/// caller runs `body` right where it is; concurrent callers for the same object and call site
+/// wait until it has returned. If `body` throws, the call site stays fresh and one of the
+/// waiting callers runs its own `body` next.
+///
+/// - Warning: Waiting callers block. Two call sites whose bodies wait for each other deadlock;
+///   MainOnce stops the process with a report when it sees the cycle.
+///
+/// - Parameters:
+///   - object: The object whose lifetime scopes the call.
+///   - file: The call site's file; leave the default.
+///   - line: The call site's line; leave the default.
+///   - column: The call site's column; leave the default.
+///   - body: The work to do once per object.
+/// - Throws: The error `body` threw, if this caller's `body` ran and threw.
+public func runOnce<Failure: Error>(
+  for object: AnyObject,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  column: UInt = #column,
+  _ body: () throws(Failure) -> Void
+) throws(Failure) {
+  try runOncePerObject(
+    object, policy: .callingThread, operation: "runOnce(for:)",
+    CallSite(file: file, line: line, column: column), body)
+}
+
+private func runOncePerObject<Failure: Error>(
+  _ object: AnyObject,
+  policy: OnceEngine.Policy,
+  operation: StaticString,
+  _ site: CallSite,
+  _ body: () throws(Failure) -> Void
+) throws(Failure) {
+  let cell = ObjectCells.cell(for: object, at: site)
+  if cell.isDone { return }
+  let label = CellLabel.object(
+    typeName: String(describing: type(of: object)), site: site, operation: operation)
+  try cell.withCell(label: label) { (cell) throws(Failure) in
+    try OnceEngine.run(cell, policy: policy, site: site) { () throws(Failure) -> UInt in
+      try body()
+      return 1
+    }
+  }
+}
