@@ -61,23 +61,22 @@ public struct MainLazy<Value>: ~Copyable {
     }
   }
 
-  /// The built value's address, building it first if needed.
+  /// The built value, building it first if needed.
   @inlinable
   @inline(__always)
-  var _builtValue: UnsafePointer<Value> {
+  var _builtValue: Value {
     let address = _state.load(ordering: .acquiring)
     if _fastPath(address != 0) {
-      return UnsafePointer(bitPattern: address).unsafelyUnwrapped
+      return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
     }
-    return _buildSlowPath()
+    return _mainLazyBuildSlowPath(self).pointee
   }
 
-  @usableFromInline
-  @inline(never)
-  func _buildSlowPath() -> UnsafePointer<Value> {
+  /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
+  func build(site: CallSite) {
     let label = CellLabel.lazy(typeName: String(describing: Value.self), declaration: declaration)
     withUnsafePointer(to: _state) { state in
-      OnceEngine.run(OnceCell(state: state, label: label), policy: .mainQueue, site: declaration) {
+      OnceEngine.run(OnceCell(state: state, label: label), policy: .mainQueue, site: site) {
         MainActor.runIsolated { [build] in
           let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
           built.initialize(to: build())
@@ -85,8 +84,16 @@ public struct MainLazy<Value>: ~Copyable {
         }
       }
     }
-    return UnsafePointer(bitPattern: _state.load(ordering: .acquiring)).unsafelyUnwrapped
   }
+}
+
+/// The slow path of ``MainLazy/value``: a free function, so that the inlined fast path passes
+/// the lazy value's address in an argument register and needs no stack frame.
+@usableFromInline
+@inline(never)
+func _mainLazyBuildSlowPath<Value>(_ lazy: borrowing MainLazy<Value>) -> UnsafePointer<Value> {
+  lazy.build(site: lazy.declaration)
+  return UnsafePointer(bitPattern: lazy._state.load(ordering: .acquiring)).unsafelyUnwrapped
 }
 
 extension MainLazy where Value: Sendable {
@@ -96,7 +103,7 @@ extension MainLazy where Value: Sendable {
   /// builder's writes happen before every return.
   @inlinable
   public var value: Value {
-    _builtValue.pointee
+    _builtValue
   }
 }
 
@@ -105,7 +112,7 @@ extension MainLazy {
   @MainActor
   @inlinable
   public var value: Value {
-    _builtValue.pointee
+    _builtValue
   }
 }
 

@@ -23,7 +23,8 @@
 /// state goes with it: a new object, even one that happens to reuse the same address, runs its
 /// call sites again. There is no way to reset a call site for a living object.
 ///
-/// A call costs a lock, two hash lookups and a weak load (tens of nanoseconds), also once done.
+/// A call costs a lock, two hash lookups and a weak load, also once done: about 120 ns on the
+/// machine in the README, against about 1.5 ns for a token.
 ///
 /// - Warning: Like the token form, this blocks outside main context and deadlocks if the main
 ///   queue waits for the caller; MainOnce reports the cycles it can see.

@@ -1,3 +1,5 @@
+internal import Synchronization
+
 /// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe.
 ///
 /// MainOnce keeps a wait-for graph of the waits it can see: threads blocked in
@@ -35,8 +37,8 @@ public enum DeadlockDetection {
   /// What to do when a wait would close a cycle. Defaults to ``Response/abort``: the wait can
   /// never end.
   public static var cycleResponse: Response {
-    get { settings.withLock { $0.cycleResponse } }
-    set { settings.withLock { $0.cycleResponse = newValue } }
+    get { Response(code: cycleResponseCode.load(ordering: .relaxed)) }
+    set { cycleResponseCode.store(newValue.code, ordering: .relaxed) }
   }
 
   /// What to do when a wait for the main queue stalls. Defaults to ``Response/report``. With
@@ -44,19 +46,19 @@ public enum DeadlockDetection {
   /// is blocked on a lock or semaphore (in `futex`); a main queue that is busy, sleeping or
   /// idle in an event loop is only reported.
   public static var stallResponse: Response {
-    get { settings.withLock { $0.stallResponse } }
-    set { settings.withLock { $0.stallResponse = newValue } }
+    get { Response(code: stallResponseCode.load(ordering: .relaxed)) }
+    set { stallResponseCode.store(newValue.code, ordering: .relaxed) }
   }
 
   /// How long a wait for the main queue may last before the watchdog looks at the main queue.
   /// Defaults to one second. Must be positive.
   public static var stallTimeout: Duration {
-    get { settings.withLock { $0.stallTimeout } }
+    get { .nanoseconds(stallTimeoutNanoseconds.load(ordering: .relaxed)) }
     set {
       guard newValue > .zero else {
         fatalError("MainOnce: DeadlockDetection.stallTimeout must be positive, not \(newValue)")
       }
-      settings.withLock { $0.stallTimeout = newValue }
+      stallTimeoutNanoseconds.store(newValue.nanoseconds, ordering: .relaxed)
     }
   }
 
@@ -65,58 +67,87 @@ public enum DeadlockDetection {
   /// ``DeadlockReport/stopsProcess`` is `true` still stops the process after the handler
   /// returns.
   public static var reportHandler: (@Sendable (DeadlockReport) -> Void)? {
-    get { settings.withLock { $0.reportHandler } }
-    set { settings.withLock { $0.reportHandler = newValue } }
+    get { handler.withLock { $0 } }
+    set { handler.withLock { $0 = newValue } }
   }
 
-  struct Settings {
-    var cycleResponse = Response.abort
-    var stallResponse = Response.report
-    var stallTimeout = Duration.seconds(1)
-    var reportHandler: (@Sendable (DeadlockReport) -> Void)?
+  /// The settings in force, read with relaxed loads on the slow paths that need them.
+  struct Snapshot {
+    let cycleResponse: Response
+    let stallResponse: Response
+    let stallTimeoutNanoseconds: UInt64
 
-    /// The defaults, adjusted by `MAINONCE_DEADLOCK` and `MAINONCE_STALL_TIMEOUT`.
-    static func fromEnvironment() -> Settings {
-      var settings = Settings()
-      if let value = Platform.environment("MAINONCE_DEADLOCK") {
-        switch value.lowercased() {
-        case "abort": (settings.cycleResponse, settings.stallResponse) = (.abort, .abort)
-        case "report": (settings.cycleResponse, settings.stallResponse) = (.report, .report)
-        case "off", "ignore": (settings.cycleResponse, settings.stallResponse) = (.ignore, .ignore)
-        default:
-          Platform.writeToStandardError(
-            "MainOnce: ignoring MAINONCE_DEADLOCK=\(value): use abort, report or off\n")
-        }
-      }
-      if let value = Platform.environment("MAINONCE_STALL_TIMEOUT") {
-        if let seconds = Double(value), seconds > 0, seconds.isFinite {
-          settings.stallTimeout = .milliseconds(Int64(seconds * 1000))
-        } else {
-          Platform.writeToStandardError(
-            "MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(value): use a positive number of seconds\n"
-          )
-        }
-      }
-      return settings
+    static var current: Snapshot {
+      Snapshot(
+        cycleResponse: DeadlockDetection.cycleResponse,
+        stallResponse: DeadlockDetection.stallResponse,
+        stallTimeoutNanoseconds: UInt64(
+          DeadlockDetection.stallTimeoutNanoseconds.load(ordering: .relaxed)))
     }
   }
 
-  static let settings = Locked(Settings.fromEnvironment())
+  /// The defaults, adjusted by `MAINONCE_DEADLOCK` and `MAINONCE_STALL_TIMEOUT`.
+  private static let environment: (cycle: Response, stall: Response, timeout: Duration) = {
+    var settings = (cycle: Response.abort, stall: Response.report, timeout: Duration.seconds(1))
+    if let value = Platform.environment("MAINONCE_DEADLOCK") {
+      switch value.lowercased() {
+      case "abort": (settings.cycle, settings.stall) = (.abort, .abort)
+      case "report": (settings.cycle, settings.stall) = (.report, .report)
+      case "off", "ignore": (settings.cycle, settings.stall) = (.ignore, .ignore)
+      default:
+        Platform.writeToStandardError(
+          "MainOnce: ignoring MAINONCE_DEADLOCK=\(value): use abort, report or off\n")
+      }
+    }
+    if let value = Platform.environment("MAINONCE_STALL_TIMEOUT") {
+      if let seconds = Double(value), seconds > 0, seconds.isFinite {
+        settings.timeout = .milliseconds(Int64(seconds * 1000))
+      } else {
+        Platform.writeToStandardError(
+          "MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(value): use a positive number of seconds\n")
+      }
+    }
+    return settings
+  }()
+
+  private static let cycleResponseCode = Atomic(environment.cycle.code)
+  private static let stallResponseCode = Atomic(environment.stall.code)
+  fileprivate static let stallTimeoutNanoseconds = Atomic(environment.timeout.nanoseconds)
+  private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
 
   /// Starts a tracked wait: checks for a cycle, records the wait, and reacts to a cycle.
-  static func beginWait(_ wait: BlockedWait, on thread: ThreadID) {
+  /// Returns the wait it replaces on this thread, for ``endWait(on:restoring:)``.
+  static func beginWait(_ wait: BlockedWait, on thread: ThreadID) -> BlockedWait? {
     let response = cycleResponse
-    let cycle = Registry.shared.withLock { registry -> DeadlockReport? in
-      registry.beginWait(wait, on: thread, checkingCycles: response != .ignore).map {
-        DeadlockReport.cycle($0, labels: registry.labels, stops: response == .abort)
-      }
+    let (previous, cycle) = Registry.shared.withLock { registry in
+      let (previous, cycle) = registry.beginWait(
+        wait, on: thread, checkingCycles: response != .ignore)
+      return (
+        previous,
+        cycle.map { DeadlockReport.cycle($0, labels: registry.labels, stops: response == .abort) }
+      )
     }
     cycle?.deliver(at: wait.site)
+    return previous
   }
 
-  /// Ends a tracked wait.
-  static func endWait(on thread: ThreadID) {
-    let ended = Registry.shared.withLock { $0.endWait(on: thread) }
-    if let ended, ended.stallReported { Watchdog.reportEnd(of: ended, on: thread) }
+  /// Ends a wait, putting back the one it replaced.
+  static func endWait(on thread: ThreadID, restoring previous: BlockedWait?) {
+    let ended = Registry.shared.withLock { $0.endWait(on: thread, restoring: previous) }
+    Watchdog.reportEnd(of: ended, on: thread)
+  }
+}
+
+extension DeadlockDetection.Response {
+  fileprivate var code: UInt8 {
+    switch self {
+    case .abort: 0
+    case .report: 1
+    case .ignore: 2
+    }
+  }
+
+  fileprivate init(code: UInt8) {
+    self = code == 0 ? .abort : code == 1 ? .report : .ignore
   }
 }

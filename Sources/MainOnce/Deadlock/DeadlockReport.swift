@@ -62,7 +62,7 @@ extension DeadlockReport {
   /// Hands the report to the report handler, or writes it to standard error, and stops the
   /// process if it says so, attributing the stop to `site`.
   func deliver(at site: CallSite) {
-    if let handler = DeadlockDetection.settings.withLock({ $0.reportHandler }) {
+    if let handler = DeadlockDetection.reportHandler {
       handler(self)
       if stopsProcess { Diagnostics.fail(text, at: site) }
     } else {

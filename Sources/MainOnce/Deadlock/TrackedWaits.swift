@@ -139,7 +139,7 @@ func trackingWait<Result, Failure: Error>(
   let blocked = BlockedWait(
     object: .target(target), operation: operation, site: site,
     holdsMainQueue: MainContext.isCurrent(on: thread))
-  DeadlockDetection.beginWait(blocked, on: thread.id)
-  defer { DeadlockDetection.endWait(on: thread.id) }
+  let previous = DeadlockDetection.beginWait(blocked, on: thread.id)
+  defer { DeadlockDetection.endWait(on: thread.id, restoring: previous) }
   return try wait()
 }

@@ -52,40 +52,48 @@ struct CycleEdge {
 }
 
 extension Registry {
-  /// Records that `thread` is about to block in `wait`, and returns the cycle the wait closes,
-  /// if any.
+  /// Records that `thread` is about to block in `wait`. Returns the wait it replaces (a thread
+  /// can wait inside code it runs while another of its waits is recorded: an initializer run by
+  /// its own hop) and the cycle the wait closes, if any.
   mutating func beginWait(_ wait: BlockedWait, on thread: ThreadID, checkingCycles: Bool)
-    -> [CycleEdge]?
+    -> (previous: BlockedWait?, cycle: [CycleEdge]?)
   {
     let cycle = checkingCycles ? cycle(closedBy: wait, on: thread) : nil
-    waits[thread] = wait
-    return cycle
-  }
-
-  /// The labels of the cells in flight, for reports.
-  var labels: [UnsafeRawPointer: CellLabel] {
-    flights.mapValues(\.cell.label)
+    let previous = waits.updateValue(wait, forKey: thread)
+    return (previous, cycle)
   }
 
   /// Records that `thread` is about to block until `cell`'s initializer has run, checking for
   /// a cycle and waking the watchdog as `detection` says.
   mutating func beginWait(
     for cell: OnceCell, site: CallSite, on thread: ThreadID,
-    detection: DeadlockDetection.Settings
-  ) -> DeadlockReport? {
+    detection: DeadlockDetection.Snapshot
+  ) -> (previous: BlockedWait?, cycle: DeadlockReport?) {
     let wait = BlockedWait(
       object: .flight(cell.key), operation: cell.label.operation, site: site,
       siteIsCaller: cell.label.hasCallSites, holdsMainQueue: false)
-    let cycle = beginWait(wait, on: thread, checkingCycles: detection.cycleResponse != .ignore)
+    let (previous, cycle) = beginWait(
+      wait, on: thread, checkingCycles: detection.cycleResponse != .ignore)
     if detection.stallResponse != .ignore { Watchdog.watch(&self) }
-    return cycle.map {
-      DeadlockReport.cycle($0, labels: labels, stops: detection.cycleResponse == .abort)
-    }
+    return (
+      previous,
+      cycle.map {
+        DeadlockReport.cycle($0, labels: labels, stops: detection.cycleResponse == .abort)
+      }
+    )
   }
 
-  /// Removes `thread`'s wait, returning it.
-  mutating func endWait(on thread: ThreadID) -> BlockedWait? {
-    waits.removeValue(forKey: thread)
+  /// Ends `thread`'s wait, putting back the one it replaced; returns the wait that ended.
+  mutating func endWait(on thread: ThreadID, restoring previous: BlockedWait?) -> BlockedWait? {
+    if let previous {
+      return waits.updateValue(previous, forKey: thread)
+    }
+    return waits.removeValue(forKey: thread)
+  }
+
+  /// The labels of the cells in flight, for reports.
+  var labels: [UnsafeRawPointer: CellLabel] {
+    flights.mapValues(\.cell.label)
   }
 
   mutating func beginPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
@@ -100,72 +108,93 @@ extension Registry {
 
   /// The chain of waits that leads from `wait` back to `thread`, if there is one: then `thread`
   /// would wait for itself.
+  ///
+  /// The common case, where nothing `wait` depends on is itself waiting, returns without
+  /// allocating.
   func cycle(closedBy wait: BlockedWait, on thread: ThreadID) -> [CycleEdge]? {
+    let holdsMainQueue = wait.holdsMainQueue
+    var mayCycle = false
+    forEachBlocker(of: wait, waiter: thread, asker: thread, askerHoldsMainQueue: holdsMainQueue) {
+      blocker in
+      mayCycle = blocker.thread == thread || waits[blocker.thread] != nil
+      return !mayCycle
+    }
+    guard mayCycle else { return nil }
+
     var path: [CycleEdge] = []
     var visited: Set<ThreadID> = [thread]
-
     func follow(_ waiter: ThreadID, _ wait: BlockedWait) -> Bool {
-      for blocker in blockers(
-        of: wait.object, asking: thread, askerHoldsMainQueue: wait.holdsMainQueue)
-      {
+      var found = false
+      forEachBlocker(
+        of: wait, waiter: waiter, asker: thread, askerHoldsMainQueue: holdsMainQueue
+      ) { blocker in
         path.append(CycleEdge(waiter: waiter, wait: wait, blocker: blocker))
-        if blocker.thread == thread { return true }
-        if visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
-          follow(blocker.thread, next)
-        {
-          return true
+        if blocker.thread == thread { found = true }
+        if !found, visited.insert(blocker.thread).inserted, let next = waits[blocker.thread] {
+          found = follow(blocker.thread, next)
         }
-        path.removeLast()
+        if !found { path.removeLast() }
+        return !found
       }
-      return false
+      return found
     }
     return follow(thread, wait) ? path : nil
   }
 
-  /// The threads that must make progress before a wait on `object` can end.
+  /// Calls `body` with each thread that must make progress before `waiter`'s `wait` can end,
+  /// until `body` returns `false`.
   ///
-  /// `asker` is the thread about to wait; in the fallback where the main queue's owner cannot
-  /// be read, it counts as holding the main queue if `askerHoldsMainQueue`.
-  func blockers(of object: WaitObject, asking asker: ThreadID, askerHoldsMainQueue: Bool)
-    -> [Blocker]
-  {
-    switch object {
+  /// A flight that `waiter` runs itself does not block it: after `dispatchMain()` a hop runs on
+  /// the thread that sent it, whose wait stays recorded meanwhile. `asker` is the thread about
+  /// to wait (its wait is not recorded yet); where the main queue's owner cannot be read, it
+  /// counts as holding the main queue if `askerHoldsMainQueue`.
+  func forEachBlocker(
+    of wait: BlockedWait, waiter: ThreadID, asker: ThreadID, askerHoldsMainQueue: Bool,
+    _ body: (Blocker) -> Bool
+  ) {
+    switch wait.object {
     case .flight(let key):
-      guard let flight = flights[key] else { return [] }
+      guard let flight = flights[key] else { return }
       if let runner = flight.runner {
-        return [Blocker(thread: runner.thread, reason: ", which runs it")]
+        if runner.thread != waiter {
+          _ = body(Blocker(thread: runner.thread, reason: ", which runs it"))
+        }
+        return
       }
-      return mainQueueHolders(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue)
+      forEachMainQueueHolder(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue, body)
     case .target(let target):
       switch target.kind {
       case .thread(let thread):
-        return [Blocker(thread: thread, reason: "")]
+        _ = body(Blocker(thread: thread, reason: ""))
       case .queue(let queue) where QueueOwnership.isMainQueue(queue):
-        return mainQueueHolders(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue)
+        forEachMainQueueHolder(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue, body)
       case .queue(let queue):
-        guard case .thread(let owner) = QueueOwnership.owner(of: queue) else { return [] }
-        return [Blocker(thread: owner, reason: ", which runs that queue")]
+        guard case .thread(let owner) = QueueOwnership.owner(of: queue) else { return }
+        _ = body(Blocker(thread: owner, reason: ", which runs that queue"))
       case .work(let id, _):
-        return (performers[id] ?? [:]).keys.sorted { $0.rawValue < $1.rawValue }.map {
-          Blocker(thread: $0, reason: ", which performs it")
+        for thread in (performers[id] ?? [:]).keys.sorted(by: { $0.rawValue < $1.rawValue }) {
+          if !body(Blocker(thread: thread, reason: ", which performs it")) { return }
         }
       }
     }
   }
 
-  /// The thread holding the main queue: read from libdispatch where possible, otherwise every
+  /// The threads holding the main queue: read from libdispatch where possible, otherwise every
   /// blocked thread that held it when it started waiting.
-  func mainQueueHolders(asker: ThreadID, askerHoldsMainQueue: Bool) -> [Blocker] {
+  private func forEachMainQueueHolder(
+    asker: ThreadID, askerHoldsMainQueue: Bool, _ body: (Blocker) -> Bool
+  ) {
     let reason = ", which holds the main queue"
     switch QueueOwnership.ownerOfMainQueue() {
     case .thread(let owner):
-      return [Blocker(thread: owner, reason: reason)]
+      _ = body(Blocker(thread: owner, reason: reason))
     case .nobody:
-      return []
+      return
     case .unknown:
-      var holders = waits.filter { $0.value.holdsMainQueue }.map(\.key)
-      if askerHoldsMainQueue { holders.append(asker) }
-      return holders.map { Blocker(thread: $0, reason: reason) }
+      if askerHoldsMainQueue, !body(Blocker(thread: asker, reason: reason)) { return }
+      for (thread, wait) in waits where wait.holdsMainQueue && thread != asker {
+        if !body(Blocker(thread: thread, reason: reason)) { return }
+      }
     }
   }
 }

@@ -46,8 +46,9 @@ enum Watchdog {
     }
   }
 
-  /// Reports that a wait reported as stalled has ended.
-  static func reportEnd(of wait: BlockedWait, on thread: ThreadID) {
+  /// Reports that a wait has ended, if it was reported as stalled.
+  static func reportEnd(of wait: BlockedWait?, on thread: ThreadID) {
+    guard let wait, wait.stallReported else { return }
     let seconds = Double(Platform.monotonicNanoseconds() - wait.since) / 1e9
     let report = DeadlockReport(
       kind: .stallEnded, stopsProcess: false,
@@ -70,8 +71,8 @@ enum Watchdog {
 
   private static func run() -> Never {
     while true {
-      let settings = DeadlockDetection.settings.withLock { $0 }
-      let timeout = UInt64(settings.stallTimeout.nanoseconds)
+      let settings = DeadlockDetection.Snapshot.current
+      let timeout = settings.stallTimeoutNanoseconds
       let now = Platform.monotonicNanoseconds()
       let (stalls, sleep) = Registry.shared.withLock { registry in
         registry.collectStalls(
@@ -96,7 +97,9 @@ extension Registry {
     var stalls: [Stall] = []
     var nextDeadline: UInt64?
     for (thread, wait) in waits where watching && !wait.stallReported {
-      guard case .flight(let key) = wait.object, let flight = flights[key] else { continue }
+      guard case .flight(let key) = wait.object, let flight = flights[key],
+        flight.runner?.thread != thread  // a hop running on the waiting thread itself
+      else { continue }
       let deadline = wait.since + timeout
       if deadline <= now {
         waits[thread]?.stallReported = true

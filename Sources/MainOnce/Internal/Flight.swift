@@ -22,14 +22,17 @@ struct Runner {
 }
 
 /// The state of a cell with calls in progress. Guarded by ``Registry/shared``.
+///
+/// Its variables skip Swift's dynamic exclusivity checks (about 20 ns an access on this slow
+/// path): the registry's lock already makes every access exclusive.
 final class Flight {
   let cell: OnceCell
-  var runner: Runner?
+  @exclusivity(unchecked) var runner: Runner?
   /// Hops to the main queue that have been sent and have not started.
-  var pendingHops = 0
-  var waiters: [Waiter] = []
+  @exclusivity(unchecked) var pendingHops = 0
+  @exclusivity(unchecked) var waiters: [Waiter] = []
   /// Set when an initializer has succeeded and the cell is done.
-  var isFinished = false
+  @exclusivity(unchecked) var isFinished = false
 
   init(cell: OnceCell) {
     self.cell = cell
@@ -39,17 +42,19 @@ final class Flight {
 /// A caller waiting for a cell, with the initializer it brought.
 final class Waiter: @unchecked Sendable {
   // This is safe because `attempt` is only read and written under ``Registry/shared``'s lock,
-  // and the other stored properties never change.
+  // and the other stored properties never change. The lock also makes `attempt`'s accesses
+  // exclusive, so it skips the dynamic check.
   let site: CallSite
   /// The blocked thread, for the wait-for graph; `nil` for async and completion callers.
   let thread: ThreadID?
   /// The initializer; `nil` once taken to run, or once the waiter is resolved.
-  var attempt: Attempt?
+  @exclusivity(unchecked) var attempt: Attempt?
   /// Whether resolving this waiter only enqueues work (a completion handler), so that it can be
   /// resolved under the lock, before the cell is published: then handlers keep arrival order
   /// with callers that find the cell done and enqueue theirs directly.
   let resolvesInOrder: Bool
-  private let onResolution: @Sendable (Resolution) -> Void
+  private let parking: Parking?
+  private let onResolution: (@Sendable (Resolution) -> Void)?
 
   /// A thread that blocks in `parking` until resolved.
   init(site: CallSite, thread: ThreadID, attempt: Attempt?, parking: Parking) {
@@ -57,7 +62,8 @@ final class Waiter: @unchecked Sendable {
     self.thread = thread
     self.attempt = attempt
     resolvesInOrder = false
-    onResolution = { parking.resolve($0) }
+    self.parking = parking
+    onResolution = nil
   }
 
   /// An async or completion caller, resumed by `onResolution`.
@@ -69,20 +75,26 @@ final class Waiter: @unchecked Sendable {
     thread = nil
     self.attempt = attempt
     self.resolvesInOrder = resolvesInOrder
+    parking = nil
     self.onResolution = onResolution
   }
 
   func resolve(_ resolution: Resolution) {
-    onResolution(resolution)
+    if let parking {
+      parking.resolve(resolution)
+    } else {
+      onResolution?(resolution)
+    }
   }
 }
 
-/// Where a blocked caller sleeps until its waiter is resolved.
+/// Where a blocked caller sleeps until its waiter is resolved. Each thread keeps one to reuse
+/// (see ``ThreadRecord/takeParking()``): every use is one `resolve` and one `wait`.
 final class Parking: @unchecked Sendable {
   // This is safe because `resolution` is written once before `signal()` and read after `wait()`;
-  // the semaphore orders the two.
+  // the semaphore orders the two, which also makes the accesses exclusive.
   private let semaphore = DispatchSemaphore(value: 0)
-  private var resolution: Resolution?
+  @exclusivity(unchecked) private var resolution: Resolution?
 
   func resolve(_ resolution: Resolution) {
     self.resolution = resolution
@@ -91,6 +103,7 @@ final class Parking: @unchecked Sendable {
 
   func wait() -> Resolution {
     semaphore.wait()
+    defer { resolution = nil }
     return resolution!
   }
 }

@@ -16,7 +16,8 @@ final class Locked<State>: @unchecked Sendable {
   // This is safe because `state` is only read or written between `pthread_mutex_lock` and
   // `pthread_mutex_unlock` on `mutex`, in `withLock`.
   private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  private var state: State
+  // Unchecked: the mutex already makes every access exclusive.
+  @exclusivity(unchecked) private var state: State
 
   init(_ state: State) {
     self.state = state

@@ -23,9 +23,15 @@ enum ObjectCells {
     }
   }
 
-  struct Entry {
+  /// One object's cells. A class, so that a lookup does not copy the cell table.
+  final class Entry {
     weak var object: AnyObject?
-    var cells: [CallSite: Cell] = [:]
+    // Unchecked: only touched under the table's lock, which makes every access exclusive.
+    @exclusivity(unchecked) var cells: [CallSite: Cell] = [:]
+
+    init(object: AnyObject) {
+      self.object = object
+    }
   }
 
   struct Table {
@@ -45,13 +51,17 @@ enum ObjectCells {
   static func cell(for object: AnyObject, at site: CallSite) -> Cell {
     table.withLock { table in
       let key = ObjectIdentifier(object)
-      if table.entries[key]?.object !== object {
+      let entry: Entry
+      if let existing = table.entries[key], existing.object === object {
+        entry = existing
+      } else {
         table.sweepIfLarge()
-        table.entries[key] = Entry(object: object)
+        entry = Entry(object: object)
+        table.entries[key] = entry
       }
-      if let cell = table.entries[key]?.cells[site] { return cell }
+      if let cell = entry.cells[site] { return cell }
       let cell = Cell()
-      table.entries[key]?.cells[site] = cell
+      entry.cells[site] = cell
       return cell
     }
   }

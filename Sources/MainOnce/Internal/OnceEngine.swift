@@ -74,7 +74,7 @@ enum OnceEngine {
   private enum InPlaceDecision {
     case done
     case run(Flight)
-    case wait(Parking, DeadlockReport?)
+    case wait(Parking, previous: BlockedWait?, DeadlockReport?)
     case reentrant(Runner)
   }
 
@@ -87,7 +87,7 @@ enum OnceEngine {
     thread: ThreadRecord,
     _ body: () throws(Failure) -> UInt
   ) throws(Failure) -> Bool {
-    let detection = DeadlockDetection.settings.withLock { $0 }
+    let detection = DeadlockDetection.Snapshot.current
     let decision = Registry.shared.withLock { registry -> InPlaceDecision in
       if cell.isDone { return .done }
       let flight = registry.flight(for: cell)
@@ -100,20 +100,22 @@ enum OnceEngine {
         Diagnostics.internalInconsistency(
           "\(thread.id) holds the main queue while \(runner.thread) runs \(cell.label)")
       }
-      let parking = Parking()
+      let parking = thread.takeParking()
       flight.waiters.append(Waiter(site: site, thread: thread.id, attempt: nil, parking: parking))
-      let cycle = registry.beginWait(for: cell, site: site, on: thread.id, detection: detection)
-      return .wait(parking, cycle)
+      let (previous, cycle) = registry.beginWait(
+        for: cell, site: site, on: thread.id, detection: detection)
+      return .wait(parking, previous: previous, cycle)
     }
     switch decision {
     case .done:
       return true
     case .reentrant(let runner):
       Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
-    case .wait(let parking, let cycle):
+    case .wait(let parking, let previous, let cycle):
       cycle?.deliver(at: site)
       let resolution = parking.wait()
-      DeadlockDetection.endWait(on: thread.id)
+      thread.returnParking(parking)
+      DeadlockDetection.endWait(on: thread.id, restoring: previous)
       switch resolution {
       case .done: return true
       case .retry: return false
@@ -131,126 +133,8 @@ enum OnceEngine {
     }
   }
 
-  // MARK: - Hopping to the main queue
-
-  /// The caller does not hold the main queue: queue its initializer, make sure a hop to the main
-  /// queue is on its way, and block until it has been resolved.
-  private static func runOnMainQueue<Failure: Error>(
-    _ cell: OnceCell,
-    site: CallSite,
-    thread: ThreadRecord,
-    _ body: () throws(Failure) -> UInt
-  ) throws(Failure) -> Bool {
-    // The initializer is stored in the flight only while this thread is parked, and every
-    // reference to it is dropped before the parking is signalled (see `runNext`), so it does not
-    // outlive this call: `withoutActuallyEscaping` checks exactly that.
-    let detection = DeadlockDetection.settings.withLock { $0 }
-    let resolution = withoutActuallyEscaping(body) { body -> Resolution? in
-      let parking = Parking()
-      let waiter = Waiter(
-        site: site, thread: thread.id, attempt: { erase(body) }, parking: parking)
-      let step = Registry.shared.withLock { registry -> (hop: Bool, cycle: DeadlockReport?)? in
-        if cell.isDone { return nil }
-        let flight = registry.flight(for: cell)
-        flight.waiters.append(waiter)
-        let cycle = registry.beginWait(for: cell, site: site, on: thread.id, detection: detection)
-        guard flight.runner == nil && flight.pendingHops == 0 else { return (false, cycle) }
-        flight.pendingHops += 1
-        return (true, cycle)
-      }
-      guard let step else {
-        waiter.attempt = nil
-        return nil
-      }
-      step.cycle?.deliver(at: site)
-      if step.hop { hop(to: cell.key) }
-      let resolution = parking.wait()
-      DeadlockDetection.endWait(on: thread.id)
-      return resolution
-    }
-    switch resolution {
-    case nil, .done, .ran(.success):
-      return true
-    case .ran(.failure(let error)):
-      // The error came from this caller's own initializer, which throws `Failure`.
-      throw error as! Failure
-    case .retry:
-      return false
-    case .cancelled:
-      Diagnostics.internalInconsistency("a blocked waiter was cancelled")
-    }
-  }
-
-  /// Sends a hop to the main queue. Where the main queue's owner is known and is not this
-  /// thread, `main.sync` is safe and cheapest (after `dispatchMain()` it runs the block on this
-  /// thread). Where it is not known, this thread might hold the main queue without knowing it,
-  /// and `main.sync` would trap, so the hop is asynchronous.
-  private static func hop(to key: UnsafeRawPointer) {
-    let key = SendableKey(key)
-    if QueueOwnership.isAvailable {
-      DispatchQueue.main.sync { drive(key.key) }
-    } else {
-      DispatchQueue.main.async { drive(key.key) }
-    }
-  }
-
-  /// Runs queued attempts for a cell in main context, in arrival order, until one succeeds or
-  /// none is left. The body of every hop.
-  static func drive(_ key: UnsafeRawPointer) {
-    let thread = ThreadRecord.current
-    Watchdog.noteMainQueueServed()
-    // After `dispatchMain()`, `main.sync` runs this block on the thread that sent the hop: while
-    // it runs here, that thread is not blocked, so its wait leaves the graph until the hop ends.
-    let suspendedWait = Registry.shared.withLock { registry in
-      registry.flights[key]?.pendingHops -= 1
-      return registry.endWait(on: thread.id)
-    }
-    defer {
-      if let suspendedWait {
-        Registry.shared.withLock { $0.waits[thread.id] = suspendedWait }
-      }
-    }
-    while let (flight, waiter, result) = runNext(key, on: thread) {
-      let deliveries = Registry.shared.withLock { registry in
-        registry.complete(flight, with: result, ranFor: waiter, policy: .mainQueue)
-      }
-      deliveries.deliver()
-      if flight.isFinished { return }
-    }
-  }
-
-  /// Takes the first queued attempt and runs it. The attempt is a local of this function, so it
-  /// is released before `drive` delivers the result and wakes its owner.
-  private static func runNext(
-    _ key: UnsafeRawPointer, on thread: ThreadRecord
-  ) -> (Flight, Waiter, Result<UInt, any Error>)? {
-    let next = Registry.shared.withLock { registry -> (Flight, Waiter, Attempt)? in
-      guard let flight = registry.flights[key] else { return nil }
-      if let runner = flight.runner {
-        // A run loop nested in the running initializer has served this hop. The initializer will
-        // resolve the waiters when it returns.
-        guard runner.thread == thread.id else {
-          Diagnostics.internalInconsistency(
-            "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.cell.label)")
-        }
-        return nil
-      }
-      guard let waiter = flight.waiters.first(where: { $0.attempt != nil }),
-        let attempt = waiter.attempt
-      else {
-        registry.retireIfIdle(flight)
-        return nil
-      }
-      waiter.attempt = nil
-      flight.runner = Runner(thread: thread.id, site: waiter.site)
-      return (flight, waiter, attempt)
-    }
-    guard let (flight, waiter, attempt) = next else { return nil }
-    return (flight, waiter, invoke(attempt, on: thread))
-  }
-
   /// Calls an initializer, counting it on the thread so that main context stays provable.
-  private static func invoke<Failure: Error>(
+  static func invoke<Failure: Error>(
     _ body: () throws(Failure) -> UInt, on thread: ThreadRecord
   ) -> Result<UInt, Failure> {
     thread.initializerDepth += 1
@@ -258,14 +142,13 @@ enum OnceEngine {
     return Result { () throws(Failure) in try body() }
   }
 
-  private static func invoke(_ attempt: Attempt, on thread: ThreadRecord) -> Result<UInt, any Error>
-  {
+  static func invoke(_ attempt: Attempt, on thread: ThreadRecord) -> Result<UInt, any Error> {
     thread.initializerDepth += 1
     defer { thread.initializerDepth -= 1 }
     return attempt()
   }
 
-  private static func erase<Failure: Error>(_ body: () throws(Failure) -> UInt) -> Result<
+  static func erase<Failure: Error>(_ body: () throws(Failure) -> UInt) -> Result<
     UInt, any Error
   > {
     Result { () throws(Failure) in try body() }.mapError { $0 }

@@ -32,17 +32,20 @@ struct Registry {
   /// Sends an asynchronous hop that will run the flight's queued attempts on the main queue.
   mutating func scheduleHop(for flight: Flight) {
     flight.pendingHops += 1
+    Instrumentation.noteMainQueueWorkItem()
     let key = SendableKey(flight.cell.key)
     DispatchQueue.main.async { OnceEngine.drive(key.key) }
   }
 
   /// Records the end of an attempt: publishes a success and resolves every waiter, or hands a
-  /// failure to the caller it belongs to and makes sure someone tries again.
+  /// failure to the caller it belongs to and makes sure someone tries again: the hop the
+  /// attempt ran in (`inHop`) goes on to the next waiter itself; otherwise a hop is sent.
   mutating func complete(
     _ flight: Flight,
     with result: Result<UInt, any Error>,
     ranFor waiter: Waiter?,
-    policy: OnceEngine.Policy
+    policy: OnceEngine.Policy,
+    inHop: Bool = false
   ) -> Deliveries {
     flight.runner = nil
     var deliveries = Deliveries()
@@ -69,9 +72,7 @@ struct Registry {
         for queued in flight.waiters { deliveries.append(queued, .retry) }
         flight.waiters.removeAll()
       case .mainQueue:
-        // A hop's loop goes on to the next waiter by itself; after an in-place failure, send a
-        // hop unless one is already on its way.
-        if waiter == nil && !flight.waiters.isEmpty && flight.pendingHops == 0 {
+        if !inHop && !flight.waiters.isEmpty && flight.pendingHops == 0 {
           scheduleHop(for: flight)
         }
       }

@@ -8,8 +8,9 @@
 
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
-  // This is safe because `id` and `isMainThread` never change, and `initializerDepth` is only
-  // read and written by the thread this record belongs to.
+  // This is safe because `id` and `isMainThread` never change, and `initializerDepth` and
+  // `spareParking` are only read and written by the thread this record belongs to; that also
+  // makes their accesses exclusive, so they skip the dynamic check.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
@@ -19,7 +20,22 @@ final class ThreadRecord: @unchecked Sendable {
 
   /// How many initializers this thread is running right now. They run in main context, so a
   /// non-zero depth proves main context where libdispatch's queue state cannot be read.
-  var initializerDepth = 0
+  @exclusivity(unchecked) var initializerDepth = 0
+
+  /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
+  @exclusivity(unchecked) private var spareParking: Parking? = Parking()
+
+  /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
+  /// code that runs during another wait of this thread (an initializer run by its own hop)
+  /// gets a fresh one.
+  func takeParking() -> Parking {
+    defer { spareParking = nil }
+    return spareParking ?? Parking()
+  }
+
+  func returnParking(_ parking: Parking) {
+    spareParking = parking
+  }
 
   private init() {
     id = ThreadID.current()
