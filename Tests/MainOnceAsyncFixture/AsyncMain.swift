@@ -11,10 +11,12 @@ struct AsyncMain {
       let context = CallingContext(rawValue: CommandLine.arguments[1]), context != .mainBlock
     else {
       FileHandle.standardError.write(
-        Data("usage: MainOnceAsyncFixture topLevel|mainActor|background|nestedSync|mixed\n".utf8))
+        Data(
+          "usage: MainOnceAsyncFixture topLevel|mainActor|background|nestedSync|mixed|stress\n".utf8
+        ))
       exit(64)
     }
-    Watchdog.start(seconds: 20)
+    Watchdog.start(seconds: context == .stress ? (Stress.isLong ? 1_100 : 60) : 20)
     let probe = Probe()
     let serial = DispatchQueue(label: "fixture.serial")
     let callers = DispatchGroup()
@@ -35,6 +37,9 @@ struct AsyncMain {
       await Task.yield()
       probe.callFromMainActor()
       probe.callFromMainActor(nestedIn: serial)
+    case .stress:
+      Stress.startInBackground(driver: .asyncMain)
+      try? await Task.sleep(for: .seconds(3_600))
     case .mainBlock:
       fatalError("rejected above")
     }

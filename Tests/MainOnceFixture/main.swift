@@ -7,7 +7,7 @@ import Foundation
 import MainOnceFixtureSupport
 
 let usage =
-  "usage: MainOnceFixture dispatchMain|runLoop topLevel|mainBlock|background|nestedSync|mixed\n"
+  "usage: MainOnceFixture dispatchMain|runLoop topLevel|mainBlock|background|nestedSync|mixed|stress\n"
   + "       MainOnceFixture none topLevel\n"
   + "       MainOnceFixture deadlock "
   + DeadlockScenario.allCases.map(\.rawValue).joined(separator: "|")
@@ -21,7 +21,7 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "deadlock",
 guard CommandLine.arguments.count == 3,
   let driver = Driver(rawValue: CommandLine.arguments[1]), driver != .asyncMain,
   let context = CallingContext(rawValue: CommandLine.arguments[2]), context != .mainActor,
-  driver != .none || context == .topLevel
+  driver != .none || context == .topLevel, driver != .none || context != .stress
 else {
   FileHandle.standardError.write(Data((usage + "\n").utf8))
   exit(64)
@@ -32,6 +32,11 @@ runScenario(driver: driver, context: context)
 /// Starts the callers for `context`, then drives the main queue with `driver`.
 /// Top-level code is main-actor isolated; this function is not, so its closures can run anywhere.
 func runScenario(driver: Driver, context: CallingContext) -> Never {
+  if context == .stress {
+    Watchdog.start(seconds: Stress.isLong ? 1_100 : 60)
+    Stress.startInBackground(driver: driver)
+    serveMainQueue(with: driver)
+  }
   Watchdog.start(seconds: 20)
   let probe = Probe()
   let callers = DispatchGroup()
@@ -39,6 +44,8 @@ func runScenario(driver: Driver, context: CallingContext) -> Never {
   switch context {
   case .topLevel, .mainActor:
     probe.call()
+  case .stress:
+    fatalError("a stress serves the main queue above and never gets here")
   case .mainBlock:
     probe.callFromMainQueue(group: callers)
   case .background:
@@ -51,16 +58,23 @@ func runScenario(driver: Driver, context: CallingContext) -> Never {
     probe.callFromMainQueue(nestedIn: DispatchQueue(label: "fixture.serial"), group: callers)
   }
 
-  switch driver {
-  case .none, .asyncMain:
+  if driver == .none {
     callers.wait()
     probe.finish(driver: driver, context: context)
+  }
+  callers.notify(queue: .global()) { probe.finish(driver: driver, context: context) }
+  serveMainQueue(with: driver)
+}
+
+/// Serves the main queue for the rest of the process.
+func serveMainQueue(with driver: Driver) -> Never {
+  switch driver {
   case .dispatchMain:
-    callers.notify(queue: .global()) { probe.finish(driver: driver, context: context) }
     dispatchMain()
   case .runLoop:
-    callers.notify(queue: .global()) { probe.finish(driver: driver, context: context) }
     RunLoop.main.run()
-    probe.fail("RunLoop.main.run() returned")
+    fatalError("RunLoop.main.run() returned")
+  case .none, .asyncMain:
+    fatalError("\(driver) does not serve the main queue from this fixture")
   }
 }

@@ -1,7 +1,7 @@
 public import Dispatch
 import Foundation
-import MainOnce
-import Synchronization
+public import MainOnce
+public import Synchronization
 
 /// How a scenario's process serves the main queue.
 public enum Driver: String, Sendable {
@@ -11,6 +11,8 @@ public enum Driver: String, Sendable {
 /// Where a scenario's callers call from.
 public enum CallingContext: String, Sendable {
   case topLevel, mainBlock, mainActor, background, nestedSync, mixed
+  /// ``Stress``, while the driver serves the main queue.
+  case stress
 }
 
 enum Tokens {
@@ -141,5 +143,143 @@ public final class StartGate: Sendable {
   public func arriveAndWait() {
     arrived.add(1, ordering: .acquiringAndReleasing)
     while arrived.load(ordering: .acquiring) < parties { sched_yield() }
+  }
+}
+
+/// Counts what initializers and their callers saw.
+public final class RaceTally: Sendable {
+  private let hold: UInt32
+
+  /// A tally with nothing counted, whose initializer takes `hold` microseconds, so that racing
+  /// callers pile up behind it.
+  public init(hold: UInt32 = 0) {
+    self.hold = hold
+  }
+
+  /// How many times the initializer ran.
+  public let runs = Atomic(0)
+  /// How many callers returned before it had finished.
+  public let earlyReturns = Atomic(0)
+  /// Set at the end of the initializer.
+  public let finished = Atomic(false)
+  /// Cleared if the initializer ran outside main context.
+  public let ranInMainContext = Atomic(true)
+
+  /// The initializer: checks main context independently of MainOnce, counts, and marks the end.
+  @MainActor
+  public func initialize() {
+    if !MainContext.isCurrent || DispatchQueue.getSpecific(key: mainQueueKey) != true {
+      ranInMainContext.store(false, ordering: .relaxed)
+    }
+    runs.add(1, ordering: .relaxed)
+    if hold > 0 { usleep(hold) }
+    finished.store(true, ordering: .releasing)
+  }
+
+  /// Called by each caller after `onceOnMain` returned.
+  public func returned() {
+    if !finished.load(ordering: .acquiring) { earlyReturns.add(1, ordering: .relaxed) }
+  }
+}
+
+/// Fresh tokens on the heap, for scenarios that need many.
+public final class TokenBuffer: @unchecked Sendable {
+  // This is safe because the tokens are initialized before the buffer is shared, never moved,
+  // and only read through MainOnce, which synchronizes them.
+  private let tokens: UnsafeMutablePointer<MainOnceToken>
+  private let count: Int
+
+  /// `count` fresh tokens.
+  public init(count: Int) {
+    self.count = count
+    tokens = .allocate(capacity: count)
+    for index in 0..<count { (tokens + index).initialize(to: MainOnceToken("stress")) }
+  }
+
+  deinit {
+    tokens.deinitialize(count: count)
+    tokens.deallocate()
+  }
+
+  /// The token at `index`.
+  public subscript(index: Int) -> MainOnceToken {
+    _read { yield tokens[index] }
+  }
+}
+
+/// Many fresh tokens raced by many threads and by main-queue blocks at once.
+public enum Stress {
+  /// What a stress run saw.
+  public struct Outcome: Sendable, CustomStringConvertible {
+    /// Calls made.
+    public var uses = 0
+    /// Tokens whose initializer ran more than once.
+    public var doubleRuns = 0
+    /// Tokens whose initializer never ran.
+    public var missedRuns = 0
+    /// Calls that returned before the initializer had finished.
+    public var earlyReturns = 0
+    /// Initializers that ran outside main context.
+    public var outsideMainContext = 0
+
+    /// One line, `key=value` pairs.
+    public var description: String {
+      "uses=\(uses) doubleRuns=\(doubleRuns) missedRuns=\(missedRuns)"
+        + " earlyReturns=\(earlyReturns) outsideMainContext=\(outsideMainContext)"
+    }
+  }
+
+  /// Runs a stress on a new thread while the caller goes on to serve the main queue, then
+  /// prints the verdict and exits: about 10⁴ calls, or 10⁶ in the long mode.
+  public static func startInBackground(driver: Driver) {
+    Thread {
+      let outcome = run(rounds: isLong ? 1_800 : 20)
+      let clean =
+        outcome.doubleRuns == 0 && outcome.missedRuns == 0 && outcome.earlyReturns == 0
+        && outcome.outsideMainContext == 0
+      print("\(clean ? "PASS" : "FAIL") \(outcome) driver=\(driver.rawValue)")
+      exit(clean ? 0 : 1)
+    }.start()
+  }
+
+  /// Whether the long mode is on (`MAINONCE_STRESS=long`).
+  public static let isLong = ProcessInfo.processInfo.environment["MAINONCE_STRESS"] == "long"
+
+  /// Runs `rounds` rounds. In each, `threads` threads and one main-queue block call every one of
+  /// `tokens` fresh tokens, each in its own order. Blocks the calling thread, which must not be
+  /// the main queue or a Swift concurrency thread.
+  public static func run(rounds: Int, tokens count: Int = 64, threads: Int = 8) -> Outcome {
+    var outcome = Outcome()
+    for _ in 0..<rounds {
+      let tokens = TokenBuffer(count: count)
+      let tallies = (0..<count).map { _ in RaceTally() }
+      let callers = DispatchGroup()
+      let gate = StartGate(parties: threads + 1)
+      @Sendable func callEvery(from caller: Int) {
+        gate.arriveAndWait()
+        for step in 0..<count {
+          let tally = tallies[(step * 7 + caller * 13) % count]
+          onceOnMain(token: tokens[(step * 7 + caller * 13) % count]) { tally.initialize() }
+          tally.returned()
+        }
+        callers.leave()
+      }
+      for caller in 0..<threads {
+        callers.enter()
+        Thread { callEvery(from: caller) }.start()
+      }
+      callers.enter()
+      DispatchQueue.main.async { callEvery(from: threads) }
+      callers.wait()
+      outcome.uses += count * (threads + 1)
+      for tally in tallies {
+        let runs = tally.runs.load(ordering: .relaxed)
+        if runs > 1 { outcome.doubleRuns += 1 }
+        if runs == 0 { outcome.missedRuns += 1 }
+        outcome.earlyReturns += tally.earlyReturns.load(ordering: .relaxed)
+        if !tally.ranInMainContext.load(ordering: .relaxed) { outcome.outsideMainContext += 1 }
+      }
+    }
+    return outcome
   }
 }

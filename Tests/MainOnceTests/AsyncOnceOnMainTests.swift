@@ -20,7 +20,7 @@ struct AsyncOnceOnMainTests {
 
   @Test("async tasks and blocking threads racing on one token run the initializer once")
   func tasksAndThreadsRace() async {
-    let tally = RaceTally()
+    let tally = RaceTally(hold: 5_000)
     async let threads: Bool = raceThreads(8) { _ in
       onceOnMain(token: Tokens.mixedRace) { tally.initialize() }
       tally.returned()

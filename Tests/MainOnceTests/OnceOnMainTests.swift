@@ -22,7 +22,7 @@ struct OnceOnMainTests {
 
   @Test("initializer runs once when eight threads race")
   func racingThreads() async {
-    let tally = RaceTally()
+    let tally = RaceTally(hold: 5_000)
     await raceThreads(8) { _ in
       onceOnMain(token: Tokens.race) { tally.initialize() }
       tally.returned()
@@ -128,29 +128,14 @@ struct OnceOnMainTests {
     #expect(attempts.load(ordering: .relaxed) == 4)
   }
 
-  @Test("many tokens and threads race with no double run and no early return")
+  @Test("many tokens, threads and main-queue callers race with no double run or early return")
   func stress() async {
-    let rounds = isLongStress ? 2_000 : 20
-    let tokenCount = 64
-    let threadCount = 8
-    for _ in 0..<rounds {
-      let tokens = TokenBuffer(count: tokenCount)
-      let tallies = (0..<tokenCount).map { _ in RaceTally() }
-      let finished = await raceThreads(threadCount) { thread in
-        for step in 0..<tokenCount {
-          let index = (step * 7 + thread * 13) % tokenCount
-          let tally = tallies[index]
-          onceOnMain(token: tokens[index]) {
-            tally.runs.add(1, ordering: .relaxed)
-            tally.finished.store(true, ordering: .releasing)
-          }
-          tally.returned()
-        }
-      }
-      guard finished else { return }
-      #expect(tallies.allSatisfy { $0.runs.load(ordering: .relaxed) == 1 })
-      #expect(tallies.allSatisfy { $0.earlyReturns.load(ordering: .relaxed) == 0 })
-    }
+    let outcome = await onThread { Stress.run(rounds: Stress.isLong ? 1_800 : 20) }
+    #expect(outcome.uses >= (Stress.isLong ? 1_000_000 : 10_000))
+    #expect(outcome.doubleRuns == 0)
+    #expect(outcome.missedRuns == 0)
+    #expect(outcome.earlyReturns == 0)
+    #expect(outcome.outsideMainContext == 0)
   }
 }
 
@@ -159,28 +144,5 @@ func waitingCallers(of name: String) -> Int {
   Registry.shared.withLock { registry in
     registry.flights.values.first { $0.cell.label.description.contains("\"\(name)\"") }?.waiters
       .count ?? 0
-  }
-}
-
-/// Fresh tokens on the heap, for tests that need many.
-final class TokenBuffer: @unchecked Sendable {
-  // This is safe because the tokens are initialized before the buffer is shared, never moved,
-  // and only read through MainOnce, which synchronizes them.
-  private let tokens: UnsafeMutablePointer<MainOnceToken>
-  private let count: Int
-
-  init(count: Int) {
-    self.count = count
-    tokens = .allocate(capacity: count)
-    for index in 0..<count { (tokens + index).initialize(to: MainOnceToken("buffer")) }
-  }
-
-  deinit {
-    tokens.deinitialize(count: count)
-    tokens.deallocate()
-  }
-
-  subscript(index: Int) -> MainOnceToken {
-    _read { yield tokens[index] }
   }
 }

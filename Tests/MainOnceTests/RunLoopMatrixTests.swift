@@ -43,6 +43,22 @@ struct RunLoopMatrixTests {
     #expect(outcome.value("mainThread") == String(scenario.expectsMainThread))
   }
 
+  @Test(
+    "many tokens race with no double run or early return under every driver",
+    arguments: [Driver.dispatchMain, .runLoop, .asyncMain])
+  func stress(_ driver: Driver) async throws {
+    let scenario = Scenario(driver: driver, context: .stress)
+    let outcome = try await FixtureProcess.run(
+      scenario.executable, scenario.arguments,
+      timeout: Stress.isLong ? .seconds(1_200) : .seconds(60))
+    #expect(!outcome.timedOut, "the stress hung: \(outcome.standardError)")
+    #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
+    #expect(Int(outcome.value("uses") ?? "") ?? 0 >= (Stress.isLong ? 1_000_000 : 10_000))
+    for key in ["doubleRuns", "missedRuns", "earlyReturns", "outsideMainContext"] {
+      #expect(outcome.value(key) == "0", "\(key)")
+    }
+  }
+
   /// Where libdispatch's queue state cannot be read, MainOnce must still be right wherever
   /// public signals suffice. (A `sync` nested in a main-queue block after `dispatchMain()` is
   /// the one context they cannot see; the deadlock watchdog covers it.)

@@ -53,9 +53,6 @@ extension Duration {
   }
 }
 
-/// Whether the long stress mode is on (`MAINONCE_STRESS=long`).
-let isLongStress = ProcessInfo.processInfo.environment["MAINONCE_STRESS"] == "long"
-
 /// Ends an exit test's child process if it has not ended within `seconds`, so that a hang fails
 /// the test (exit status 3, and not the message the test expects) instead of stalling the run.
 func boundExitTest(seconds: UInt32 = 10) {
