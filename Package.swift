@@ -11,6 +11,13 @@ let package = Package(
   targets: [
     .target(name: "MainOnce"),
     .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
+    // Side-by-side benchmarks: no product, so packages that depend on MainOnce never see them.
+    .target(name: "CBenchmarkSupport", path: "Benchmarks/CBenchmarkSupport"),
+    .executableTarget(
+      name: "MainOnceBenchmarks",
+      dependencies: ["MainOnce", "CBenchmarkSupport"],
+      path: "Benchmarks/MainOnceBenchmarks"
+    ),
     // Scenario processes for the tests: each run-loop driver needs a process of its own.
     .target(
       name: "MainOnceFixtureSupport",
@@ -37,7 +44,7 @@ let package = Package(
   swiftLanguageModes: [.v6]
 )
 
-for target in package.targets {
+for target in package.targets where target.name != "CBenchmarkSupport" {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .enableUpcomingFeature("ExistentialAny"),

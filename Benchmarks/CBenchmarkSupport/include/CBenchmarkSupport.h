@@ -1,0 +1,26 @@
+// C baselines and an allocation counter for MainOnceBenchmarks.
+#ifndef C_BENCHMARK_SUPPORT_H
+#define C_BENCHMARK_SUPPORT_H
+
+#include <stdint.h>
+
+/// Does nothing and returns 1: the cost of an opaque call, for comparison.
+long bench_empty_probe(void);
+
+/// One call of libdispatch's `dispatch_once_f` on a done predicate, through the header's inline
+/// fast path. Returns a checksum.
+long bench_dispatch_once_probe(void);
+
+/// One call of `pthread_once` on a done control. Returns a checksum.
+long bench_pthread_once_probe(void);
+
+/// `dispatch_once_f` through the inline fast path, for a literal port of the Khan Academy
+/// helper. `predicate` must start out zero.
+void bench_dispatch_once(long *predicate, void *context, void (*function)(void *));
+
+/// Counts `malloc`, `calloc`, `realloc` and aligned allocations made by the calling thread
+/// between `bench_allocations_begin()` and `bench_allocations_end()`, which returns the count.
+void bench_allocations_begin(void);
+long bench_allocations_end(void);
+
+#endif

@@ -1,0 +1,86 @@
+import Dispatch
+import Foundation
+
+/// Monotonic nanoseconds.
+func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+/// Best and median of a set of per-call timings, in nanoseconds.
+struct Timing: Codable {
+  let best: Double
+  let median: Double
+
+  init(_ samples: [Double]) {
+    let sorted = samples.sorted()
+    best = sorted.first ?? .nan
+    median = sorted.isEmpty ? .nan : sorted[sorted.count / 2]
+  }
+}
+
+/// A thread that runs work handed to it, so that measurements "from another thread" always run
+/// on the same plain thread, never on the main queue.
+final class WorkerThread: @unchecked Sendable {
+  // This is safe because `work` is written before `start` is signalled and read by the worker
+  // after waiting for it; `finished` orders the worker's writes before the caller's reads.
+  private var work: (() -> Void)?
+  private let start = DispatchSemaphore(value: 0)
+  private let finished = DispatchSemaphore(value: 0)
+
+  init() {
+    Thread {
+      while true {
+        self.start.wait()
+        self.work?()
+        self.finished.signal()
+      }
+    }.start()
+  }
+
+  /// Runs `body` on the worker and returns its result, without blocking the caller's thread.
+  func run<Result: Sendable>(_ body: @escaping @Sendable () -> Result) async -> Result {
+    await withCheckedContinuation { continuation in
+      DispatchQueue.global().async {
+        let box = ResultBox<Result>()
+        self.work = { box.value = body() }
+        self.start.signal()
+        self.finished.wait()
+        continuation.resume(returning: box.value!)
+      }
+    }
+  }
+}
+
+private final class ResultBox<Value>: @unchecked Sendable {
+  // This is safe because `value` is written by the worker before `finished` is signalled and
+  // read after waiting for it.
+  var value: Value?
+}
+
+/// Measures loops in interleaved rounds: every candidate is calibrated to take about
+/// `sampleNanoseconds` per sample, then each round takes one sample of each, in turn.
+struct Rounds {
+  let rounds: Int
+  let sampleNanoseconds: UInt64
+
+  func iterations(
+    isolation: isolated (any Actor)? = #isolation, for loop: (Int) async -> Int
+  ) async -> Int {
+    var iterations = 1_000
+    while true {
+      let start = now()
+      _ = await loop(iterations)
+      let elapsed = now() - start
+      if elapsed >= sampleNanoseconds || iterations >= 1 << 30 { return iterations }
+      iterations *= elapsed > sampleNanoseconds / 8 ? 2 : 8
+    }
+  }
+
+  static func sample(
+    isolation: isolated (any Actor)? = #isolation, _ loop: (Int) async -> Int, iterations: Int
+  ) async -> Double {
+    let start = now()
+    let checksum = await loop(iterations)
+    let elapsed = now() - start
+    if checksum == Int.min { print("") }  // keep the checksum alive
+    return Double(elapsed) / Double(iterations)
+  }
+}
