@@ -34,6 +34,8 @@ let package = Package(
       dependencies: ["MainOnceFixtureSupport"],
       path: "Tests/MainOnceAsyncFixture"
     ),
+    // Deliberately racy: CI runs it under ThreadSanitizer to prove that TSan reports races.
+    .executableTarget(name: "TSanCanary", path: "Tests/TSanCanary"),
     .testTarget(
       name: "MainOnceTests",
       dependencies: [
