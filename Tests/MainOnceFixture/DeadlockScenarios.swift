@@ -27,6 +27,19 @@ enum DeadlockScenario: String, CaseIterable {
   case nestedSyncWithoutIntrospection
   /// A cycle delivered to a report handler, which must still stop the process.
   case cycleToHandler
+  /// Like `rawSemaphore`, under `RunLoop.main.run()`: the main queue is served, and stuck.
+  case rawSemaphoreUnderRunLoop
+  /// The main thread waits 1.6 s in an event loop of its own (`poll`), then calls
+  /// `dispatchMain()`.
+  case idleEventLoop
+  /// A main-queue block computes for 1.5 s, then blocks in a raw semaphore wait for 5 s.
+  case busyThenBlocked
+  /// An initializer sleeps 1.8 s in a hop that runs on its caller's thread while another
+  /// thread waits for it; a `runOnce(for:)` body does the same beside it.
+  case slowInitializer
+  /// `rawSemaphore` with an abort policy, a 300 ms stall timeout and a report handler, all set
+  /// in code.
+  case configuredInCode
 
   enum Tokens {
     static let token = MainOnceToken("deadlock scenario")
@@ -82,9 +95,7 @@ enum DeadlockScenario: String, CaseIterable {
     case .busyMain:
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        let end = ContinuousClock.now + .milliseconds(2_500)
-        var spins = 0
-        while ContinuousClock.now < end { spins &+= 1 }
+        compute(for: .milliseconds(2_500))
       }
     case .sleepingMain:
       Thread { callAndFinish() }.start()
@@ -100,6 +111,53 @@ enum DeadlockScenario: String, CaseIterable {
         }.start()
         done.wait(for: compute)
       }
+    case .rawSemaphoreUnderRunLoop:
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        _ = never.wait(timeout: .now() + 2.5)
+      }
+      RunLoop.main.run()
+    case .idleEventLoop:
+      Thread { callAndFinish() }.start()
+      // An event loop that is not Dispatch's (as GLib's or libuv's would be): it waits in poll
+      // for input that never comes, and does not serve the main queue meanwhile.
+      var ends: [Int32] = [0, 0]
+      _ = pipe(&ends)
+      var events = [pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)]
+      _ = poll(&events, 1, 1_600)
+    case .busyThenBlocked:
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        compute(for: .milliseconds(1_500))
+        _ = never.wait(timeout: .now() + 5)
+      }
+    case .slowInitializer:
+      // After dispatchMain(), this thread's hop runs on the thread itself.
+      Thread { onceOnMain(token: Tokens.token) { usleep(1_800_000) } }.start()
+      let object = Owner()
+      Thread { runOnceSlowly(for: object) }.start()
+      Thread {
+        usleep(100_000)
+        runOnceSlowly(for: object)  // waits 1.7 s for the first, on the calling thread
+      }.start()
+      Thread {
+        usleep(100_000)
+        callAndFinish()  // waits 1.7 s for the slow initializer
+      }.start()
+    case .configuredInCode:
+      DeadlockDetection.stallResponse = .abort
+      DeadlockDetection.setStallTimeout(.milliseconds(300))
+      DeadlockDetection.reportHandler = { report in
+        let firstLine = report.text.prefix(while: { $0 != "\n" })
+        FileHandle.standardOutput.write(Data("HANDLER \(report.kind) \(firstLine)\n".utf8))
+      }
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        _ = never.wait(timeout: .now() + 3)
+      }
     case .nestedSyncWithoutIntrospection:
       DeadlockDetection.reportHandler = { report in
         FileHandle.standardError.write(Data((report.text + "\n").utf8))
@@ -112,6 +170,21 @@ enum DeadlockScenario: String, CaseIterable {
     }
     dispatchMain()
   }
+}
+
+/// Keeps the calling thread busy computing for `duration`.
+private func compute(for duration: Duration) {
+  let end = ContinuousClock.now + duration
+  var spins = 0
+  while ContinuousClock.now < end { spins &+= 1 }
+}
+
+/// An object to scope `runOnce(for:)` to.
+private final class Owner: Sendable {}
+
+/// One `runOnce(for:)` call site, whose body takes 1.8 s.
+private func runOnceSlowly(for object: AnyObject) {
+  runOnce(for: object) { usleep(1_800_000) }
 }
 
 /// Calls `onceOnMain` and ends the process with a passing verdict once the initializer ran.

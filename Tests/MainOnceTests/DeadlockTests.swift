@@ -20,7 +20,9 @@ struct DeadlockTests {
     #expect(!outcome.timedOut)
     #expect(outcome.status != 0)
     #expect(!outcome.standardOutput.contains("PASS"))
-    let lines = outcome.standardError.split(separator: "\n").map(String.init)
+    let lines = try #require(
+      stoppingReport(in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift"),
+      "\(outcome.standardError)")
     #expect(lines.first == "MainOnce: deadlock detected")
     let edges = lines.dropFirst().prefix { $0.hasPrefix("  ") }
     #expect(edges.count == 2, "\(outcome.standardError)")
@@ -32,16 +34,15 @@ struct DeadlockTests {
     #expect(
       edges.contains { $0.contains("waits for the initializer of token \"deadlock scenario\"") })
     #expect(lines.dropFirst(3).first?.hasPrefix("hint: ") == true)
-    #expect(
-      outcome.standardError.contains(
-        "Fatal error: MainOnce: stopping the process: deadlock detected"))
   }
 
   @Test("main-queue sync from the main queue stops with a report instead of a silent trap")
   func mainQueueSyncFromMain() async throws {
     let outcome = try await run("mainQueueSyncFromMain")
     #expect(outcome.status != 0)
-    #expect(outcome.standardError.hasPrefix("MainOnce: deadlock detected\n"))
+    let lines = stoppingReport(
+      in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift")
+    #expect(lines?.first == "MainOnce: deadlock detected", "\(outcome.standardError)")
     #expect(
       outcome.standardError.contains(
         "(holds the main queue) waits for the main queue in DispatchQueue.trackedSync"))
@@ -74,7 +75,9 @@ struct DeadlockTests {
     #expect(
       outcome.standardError.contains("which is blocked in futex")
         || outcome.standardError.contains("it is blocked in futex"))
-    #expect(outcome.standardError.contains("Fatal error: MainOnce: stopping the process"))
+    let lines = stoppingReport(
+      in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift")
+    #expect(lines?.first?.hasPrefix("MainOnce: thread ") == true, "\(outcome.standardError)")
   }
 
   @Test("a main queue that was never served is reported as such")
@@ -136,6 +139,80 @@ struct DeadlockTests {
     let outcome = try await run("rawSemaphore", ["MAINONCE_DEADLOCK": "off"])
     #expect(outcome.status == 0)
     #expect(outcome.standardError.isEmpty)
+  }
+
+  @Test("under RunLoop.main.run(), a main queue stuck in a semaphore wait is not called unserved")
+  func rawSemaphoreUnderRunLoop() async throws {
+    let outcome = try await run("rawSemaphoreUnderRunLoop")
+    #expect(outcome.verdict == "PASS initializer ran: true", "\(outcome.standardError)")
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect(
+      report.text.contains("(the main thread, in RunLoop.main), which is blocked in futex"),
+      "\(report.text)")
+    #expect(!outcome.standardError.contains("never been served"))
+  }
+
+  @Test("a main thread idle in an event loop of its own is reported as not serving the main queue")
+  func idleEventLoop() async throws {
+    let outcome = try await run("idleEventLoop")
+    #expect(outcome.verdict == "PASS initializer ran: true", "\(outcome.standardError)")
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect(report.text.contains("(the main thread), which is idle in poll"), "\(report.text)")
+    #expect(report.text.contains("runs an event loop that does not serve the main queue"))
+  }
+
+  @Test("a main queue that computes, then blocks, is reported again and stopped when stalls abort")
+  func busyThenBlocked() async throws {
+    let outcome = try await run("busyThenBlocked", ["MAINONCE_DEADLOCK": "abort"])
+    #expect(outcome.status != 0)
+    let first = try #require(stallReport(in: outcome.standardError))
+    #expect(first.text.contains("which is busy running code"), "\(first.text)")
+    let lines = try #require(
+      stoppingReport(in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift"),
+      "\(outcome.standardError)")
+    #expect(lines.first?.hasPrefix("MainOnce: thread ") == true)
+    #expect(
+      lines.contains {
+        $0.hasSuffix("which is blocked in futex (a lock, semaphore or condition wait)")
+      })
+  }
+
+  @Test("a slow initializer is reported without its own hop's wait; runOnce(for:) is not watched")
+  func slowInitializer() async throws {
+    let outcome = try await run("slowInitializer")
+    #expect(outcome.verdict == "PASS initializer ran: false", "\(outcome.standardError)")
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect(report.text.contains("the initializer is running on thread"))
+    #expect(report.text.contains("which is sleeping"))
+    #expect(outcome.standardError.components(separatedBy: " has waited ").count == 2)
+    #expect(!outcome.standardError.contains("runOnce(for:)"))
+    #expect(outcome.standardError.firstMatch(of: #/\n  thread \d+ waits for/#) == nil)
+  }
+
+  @Test(
+    "MAINONCE_STALL_TIMEOUT sets the stall timeout, and a value under 1 ms is ignored with a warning",
+    arguments: [("0.3", 0.3...0.9), ("0.0004", 1.0...2.0)])
+  func stallTimeoutFromEnvironment(_ setting: String, _ expected: ClosedRange<Double>) async throws
+  {
+    let outcome = try await run("rawSemaphore", ["MAINONCE_STALL_TIMEOUT": setting])
+    #expect(outcome.verdict == "PASS initializer ran: true", "\(outcome.standardError)")
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect(expected.contains(report.waited), "reported after \(report.waited) s")
+    #expect(
+      outcome.standardError.contains("MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(setting)")
+        == (expected.lowerBound >= 1))
+  }
+
+  @Test("settings made in code apply, and the report handler receives stall reports")
+  func configuredInCode() async throws {
+    let outcome = try await run("configuredInCode")
+    #expect(outcome.status != 0)
+    #expect(outcome.standardOutput.contains("HANDLER stall MainOnce: thread "))
+    let report = try #require(stallReport(in: outcome.standardError))
+    #expect((0.3...0.9).contains(report.waited), "reported after \(report.waited) s")
+    let lines = stoppingReport(
+      in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift")
+    #expect(lines?.first?.hasPrefix("MainOnce: thread ") == true, "\(outcome.standardError)")
   }
 
   /// The first stall report in `text`, with how long it says the caller had waited.

@@ -8,14 +8,16 @@ import Testing
 @Suite("Tracked waits")
 struct TrackedWaitTests {
   @Test("a tracked wait returns what the wait returns and leaves no edge behind")
-  func trackedWaitLeavesNoEdge() async {
-    let (value, edgeLeft) = await onThread { () -> (Int, Bool) in
-      let value = withTrackedWait(for: .work("nothing")) { 42 }
-      let me = ThreadRecord.current.id
-      return (value, Registry.shared.withLock { $0.waits[me] != nil })
+  func trackedWaitLeavesNoEdge() async throws {
+    let outcome = try await withinTimeLimit {
+      await onThread { () -> (Int, Bool) in
+        let value = withTrackedWait(for: .work("nothing")) { 42 }
+        let me = ThreadRecord.current.id
+        return (value, Registry.shared.withLock { $0.waits[me] != nil })
+      }
     }
-    #expect(value == 42)
-    #expect(!edgeLeft)
+    #expect(outcome?.0 == 42)
+    #expect(outcome?.1 == false)
   }
 
   @Test("a tracked semaphore wait for work on another thread completes")
@@ -32,13 +34,37 @@ struct TrackedWaitTests {
     #expect(result == .success)
   }
 
+  @Test("a tracked group wait ends when the work leaves, and times out when it never does")
+  func groupWait() async throws {
+    let results = try await withinTimeLimit {
+      await onThread { () -> (Bool, DispatchTimeoutResult) in
+        let work = WaitTarget.work("group member")
+        let group = DispatchGroup()
+        group.enter()
+        Thread {
+          work.perform { usleep(10_000) }
+          group.leave()
+        }.start()
+        group.wait(for: work)
+        let finished = group.wait(timeout: .now()) == .success
+        let never = DispatchGroup()
+        never.enter()
+        return (finished, never.wait(for: .work("absent"), timeout: .now() + .milliseconds(50)))
+      }
+    }
+    #expect(results?.0 == true)
+    #expect(results?.1 == .timedOut)
+  }
+
   @Test("trackedSync on a serial queue runs the work there and returns its value")
-  func trackedSyncReturnsValue() async {
+  func trackedSyncReturnsValue() async throws {
     let queue = DispatchQueue(label: "tracked.serial")
-    let value = await onThread {
-      queue.trackedSync { () -> String in
-        dispatchPrecondition(condition: .onQueue(queue))
-        return "ran"
+    let value = try await withinTimeLimit {
+      await onThread {
+        queue.trackedSync { () -> String in
+          dispatchPrecondition(condition: .onQueue(queue))
+          return "ran"
+        }
       }
     }
     #expect(value == "ran")
@@ -60,8 +86,8 @@ struct TrackedWaitTests {
       never.wait(for: other.withLock { $0! })
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    let lines = text.split(separator: "\n")
-    #expect(lines.first == "MainOnce: deadlock detected")
+    let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
+    #expect(lines.first == "MainOnce: deadlock detected", "\(text)")
     let edge =
       #/^  thread \d+ waits for thread \d+ in DispatchSemaphore\.wait\(for:\) at MainOnceTests/TrackedWaitTests\.swift:\d+; blocked by thread \d+$/#
     #expect(lines.dropFirst().prefix(2).allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(text)")
@@ -83,7 +109,8 @@ struct TrackedWaitTests {
       }
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(text.hasPrefix("MainOnce: deadlock detected\n"))
+    let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift")
+    #expect(lines?.first == "MainOnce: deadlock detected", "\(text)")
     #expect(
       text.contains(
         "waits for queue \"tracked.cycle\" in DispatchQueue.trackedSync at MainOnceTests/TrackedWaitTests.swift:"
@@ -120,13 +147,19 @@ struct TrackedWaitTests {
       text.contains("MainOnce: perform(_:) runs work for a target made by WaitTarget.work(_:)"))
   }
 
-  @Test("a stall timeout that is not positive is rejected")
-  func nonPositiveStallTimeout() async {
+  @Test(
+    "a stall timeout under a millisecond is rejected, naming the call site",
+    arguments: [Duration.zero, .microseconds(999), .seconds(-1)])
+  func tooShortStallTimeout(_ timeout: Duration) async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      [timeout] in
       boundExitTest()
-      DeadlockDetection.stallTimeout = .zero
+      DeadlockDetection.setStallTimeout(timeout)
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(text.contains("MainOnce: DeadlockDetection.stallTimeout must be positive"))
+    #expect(
+      text.contains(
+        #/MainOnceTests/TrackedWaitTests\.swift:\d+: Fatal error: MainOnce: the stall timeout must be at least 1 ms/#
+      ), "\(text)")
   }
 }

@@ -19,14 +19,15 @@ internal import Synchronization
 /// variables:
 ///
 /// - `MAINONCE_DEADLOCK=abort|report|off` sets both ``cycleResponse`` and ``stallResponse``.
-/// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout``.
+/// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout`` (at least 0.001).
 ///
 /// Settings made in code replace those from the environment. Nothing here is on the fast path
 /// of a done token.
 public enum DeadlockDetection {
   /// What to do with a finding.
   public enum Response: String, Sendable, CaseIterable {
-    /// Deliver the report, then stop the process with `fatalError`.
+    /// Stop the process with `fatalError`, whose message is the report (a report handler
+    /// receives it first).
     case abort
     /// Deliver the report and go on waiting.
     case report
@@ -42,24 +43,41 @@ public enum DeadlockDetection {
   }
 
   /// What to do when a wait for the main queue stalls. Defaults to ``Response/report``. With
-  /// ``Response/abort``, MainOnce stops the process only when the thread holding the main queue
-  /// is blocked on a lock or semaphore (in `futex`); a main queue that is busy, sleeping or
-  /// idle in an event loop is only reported.
+  /// ``Response/abort``, MainOnce stops the process only when the thread holding the main queue,
+  /// or the thread running the initializer, is blocked on a lock or semaphore (in `futex`); a
+  /// main queue that is busy, sleeping or idle in an event loop is only reported. A wait that
+  /// goes on is sampled again every ``stallTimeout``, so a main queue that blocks later is
+  /// still caught.
   public static var stallResponse: Response {
     get { Response(code: stallResponseCode.load(ordering: .relaxed)) }
     set { stallResponseCode.store(newValue.code, ordering: .relaxed) }
   }
 
   /// How long a wait for the main queue may last before the watchdog looks at the main queue.
-  /// Defaults to one second. Must be positive.
+  /// Defaults to one second; set it with ``setStallTimeout(_:file:line:)``.
   public static var stallTimeout: Duration {
-    get { .nanoseconds(stallTimeoutNanoseconds.load(ordering: .relaxed)) }
-    set {
-      guard newValue > .zero else {
-        fatalError("MainOnce: DeadlockDetection.stallTimeout must be positive, not \(newValue)")
-      }
-      stallTimeoutNanoseconds.store(newValue.nanoseconds, ordering: .relaxed)
+    .nanoseconds(stallTimeoutNanoseconds.load(ordering: .relaxed))
+  }
+
+  /// Sets ``stallTimeout``. It must be at least a millisecond: a shorter timeout would report
+  /// every hop.
+  ///
+  /// A method rather than a setter, so that a misuse message can name the caller's line.
+  ///
+  /// - Parameters:
+  ///   - timeout: How long a wait may last before the watchdog looks.
+  ///   - file: The caller's file, for the misuse message; leave the default.
+  ///   - line: The caller's line, for the misuse message; leave the default.
+  public static func setStallTimeout(
+    _ timeout: Duration, file: StaticString = #fileID, line: UInt = #line
+  ) {
+    guard timeout >= .milliseconds(1) else {
+      Diagnostics.fail(
+        "MainOnce: the stall timeout must be at least 1 ms, not \(timeout); a shorter one would"
+          + " report every hop",
+        at: CallSite(file: file, line: line))
     }
+    stallTimeoutNanoseconds.store(timeout.nanoseconds, ordering: .relaxed)
   }
 
   /// Receives every report instead of standard error, for example to route it to a logger.
@@ -100,11 +118,13 @@ public enum DeadlockDetection {
       }
     }
     if let value = Platform.environment("MAINONCE_STALL_TIMEOUT") {
-      if let seconds = Double(value), seconds > 0, seconds.isFinite {
-        settings.timeout = .milliseconds(Int64(seconds * 1000))
+      // At least a millisecond: a shorter timeout would report every hop.
+      if let seconds = Double(value), seconds.isFinite, seconds >= 0.001 {
+        settings.timeout = .nanoseconds(Int64(seconds * 1e9))
       } else {
         Platform.writeToStandardError(
-          "MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(value): use a positive number of seconds\n")
+          "MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(value): use a number of seconds, at least 0.001\n"
+        )
       }
     }
     return settings

@@ -61,18 +61,15 @@ extension DeadlockReport {
 
   /// Hands the report to the report handler, or writes it to standard error, and stops the
   /// process if it says so, attributing the stop to `site`.
+  ///
+  /// A report that stops the process is the `fatalError` message itself, so that it reaches
+  /// whatever records the message of a crash, and its first line is the report's first line.
   func deliver(at site: CallSite) {
     if let handler = DeadlockDetection.reportHandler {
       handler(self)
-      if stopsProcess { Diagnostics.fail(text, at: site) }
-    } else {
+    } else if !stopsProcess {
       Platform.writeToStandardError(text + "\n")
-      if stopsProcess {
-        let reason =
-          kind == .cycle
-          ? "deadlock detected" : "the main queue is blocked while a thread waits for it"
-        Diagnostics.fail("MainOnce: stopping the process: \(reason) (report above)", at: site)
-      }
     }
+    if stopsProcess { Diagnostics.fail(text, at: site) }
   }
 }

@@ -16,19 +16,28 @@ struct BlockedWait {
   let siteIsCaller: Bool
   /// Whether the waiting thread holds the main queue while it waits.
   let holdsMainQueue: Bool
+  /// Whether this is a wait for an initializer that runs in main context, which the watchdog
+  /// watches. (`runOnce(for:)` runs its body on the calling thread: nothing to do with main.)
+  let isForMainQueue: Bool
   let since: UInt64 = Platform.monotonicNanoseconds()
+  /// When the watchdog next samples the thread in the way; set when the wait is recorded.
+  var nextCheck: UInt64 = 0
   /// Set once the watchdog has reported this wait as stalled.
   var stallReported = false
+  /// Set once the watchdog has reported the thread in the way as blocked on a lock: its last
+  /// word on this wait.
+  var blockedReported = false
 
   init(
     object: WaitObject, operation: StaticString, site: CallSite, siteIsCaller: Bool = true,
-    holdsMainQueue: Bool
+    holdsMainQueue: Bool, isForMainQueue: Bool = false
   ) {
     self.object = object
     self.operation = operation
     self.site = site
     self.siteIsCaller = siteIsCaller
     self.holdsMainQueue = holdsMainQueue
+    self.isForMainQueue = isForMainQueue
   }
 
   /// The blocking call, for reports: `onceOnMain(token:) at App/Store.swift:31`.
@@ -64,17 +73,21 @@ extension Registry {
   }
 
   /// Records that `thread` is about to block until `cell`'s initializer has run, checking for
-  /// a cycle and waking the watchdog as `detection` says.
+  /// a cycle and, for an initializer that runs on the main queue, waking the watchdog as
+  /// `detection` says.
   mutating func beginWait(
-    for cell: OnceCell, site: CallSite, on thread: ThreadID,
+    for cell: OnceCell, policy: OnceEngine.Policy, site: CallSite, on thread: ThreadID,
     detection: DeadlockDetection.Snapshot
   ) -> (previous: BlockedWait?, cycle: DeadlockReport?) {
-    let wait = BlockedWait(
+    let isForMainQueue = policy == .mainQueue
+    var wait = BlockedWait(
       object: .flight(cell.key), operation: cell.label.operation, site: site,
-      siteIsCaller: cell.label.hasCallSites, holdsMainQueue: false)
+      siteIsCaller: cell.label.hasCallSites, holdsMainQueue: false,
+      isForMainQueue: isForMainQueue)
+    wait.nextCheck = wait.since + detection.stallTimeoutNanoseconds
     let (previous, cycle) = beginWait(
       wait, on: thread, checkingCycles: detection.cycleResponse != .ignore)
-    if detection.stallResponse != .ignore { Watchdog.watch(&self) }
+    if isForMainQueue && detection.stallResponse != .ignore { Watchdog.watch(&self) }
     return (
       previous,
       cycle.map {

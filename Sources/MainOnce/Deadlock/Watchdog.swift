@@ -21,9 +21,14 @@ struct WatchdogState {
 /// Reports waits for the main queue that do not end, explaining what the main queue is doing.
 ///
 /// One thread, started by the first wait for the main queue. While anything waits, it sleeps
-/// until the oldest unreported wait reaches the stall timeout; when nothing waits it sleeps one
-/// timeout at a time (so a new wait never needs to wake it), and after a minute of that it parks
-/// until the next wait wakes it. A wait costs its thread no system call.
+/// until the next wait reaches the stall timeout; when nothing waits it sleeps one timeout at a
+/// time (so a new wait never needs to wake it), and after a minute of that it parks until the
+/// next wait wakes it. A wait costs its thread no system call.
+///
+/// A stalled wait is reported once. While it goes on, the thread in its way is sampled again
+/// every stall timeout, and the wait is reported a second time only if that thread turns out to
+/// be blocked on a lock, which is the finding that can stop the process: a main queue that was
+/// busy and then blocks waiting for the caller is not missed.
 enum Watchdog {
   private static let wakeUp = DispatchSemaphore(value: 0)
   static let idleRoundsBeforeParking = 60
@@ -79,7 +84,11 @@ enum Watchdog {
           now: now, timeout: timeout, watching: settings.stallResponse != .ignore)
       }
       for stall in stalls {
-        stall.report(stops: settings.stallResponse == .abort).deliver(at: stall.wait.site)
+        let (report, isBlocked) = stall.report(stops: settings.stallResponse == .abort)
+        // A re-check speaks only when it finds the thread in the way blocked on a lock.
+        if stall.isRecheck && !isBlocked { continue }
+        let isCurrent = Registry.shared.withLock { $0.noteReported(stall, isBlocked: isBlocked) }
+        if isCurrent { report.deliver(at: stall.wait.site) }
       }
       if let sleep {
         _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: sleep)))
@@ -91,22 +100,23 @@ enum Watchdog {
 }
 
 extension Registry {
-  /// Marks and returns the waits for the main queue that have lasted `timeout`, and how long
-  /// the watchdog may sleep (`nil`: park until woken).
+  /// Returns the waits for the main queue that are due for a look (they have lasted the stall
+  /// timeout, or the last look was a timeout ago), scheduling their next look, and how long the
+  /// watchdog may sleep (`nil`: park until woken).
   mutating func collectStalls(now: UInt64, timeout: UInt64, watching: Bool) -> ([Stall], UInt64?) {
     var stalls: [Stall] = []
     var nextDeadline: UInt64?
-    for (thread, wait) in waits where watching && !wait.stallReported {
+    for (thread, wait) in waits where watching && wait.isForMainQueue && !wait.blockedReported {
       guard case .flight(let key) = wait.object, let flight = flights[key],
         flight.runner?.thread != thread  // a hop running on the waiting thread itself
       else { continue }
-      let deadline = wait.since + timeout
+      var deadline = wait.nextCheck
       if deadline <= now {
-        waits[thread]?.stallReported = true
+        deadline = now + timeout
+        waits[thread]?.nextCheck = deadline
         stalls.append(stall(of: thread, waitingIn: wait, for: flight))
-      } else {
-        nextDeadline = min(nextDeadline ?? deadline, deadline)
       }
+      nextDeadline = min(nextDeadline ?? deadline, deadline)
     }
     if let nextDeadline {
       watchdog.idleRounds = 0
@@ -118,6 +128,16 @@ extension Registry {
       return (stalls, nil)
     }
     return (stalls, timeout)
+  }
+
+  /// Records that the watchdog reported `stall`, and whether it found the thread in the way
+  /// blocked on a lock. Returns `false` if the wait has ended meanwhile: then there is nothing to
+  /// report.
+  mutating func noteReported(_ stall: Stall, isBlocked: Bool) -> Bool {
+    guard let wait = waits[stall.waiter], wait.since == stall.wait.since else { return false }
+    waits[stall.waiter]?.stallReported = true
+    if isBlocked { waits[stall.waiter]?.blockedReported = true }
+    return true
   }
 
   private func stall(of thread: ThreadID, waitingIn wait: BlockedWait, for flight: Flight) -> Stall
@@ -137,11 +157,20 @@ extension Registry {
       case .runner(let thread), .mainQueue(let thread): thread
       case .nobody, .unknown: nil
       }
+    // The holder's own wait, unless it is for the flight the holder runs itself (after
+    // `dispatchMain()` a hop runs on the thread that sent it, whose wait stays recorded).
+    let holderWait = holderThread.flatMap { holder in
+      waits[holder].flatMap { wait -> BlockedWait? in
+        if case .flight(let key) = wait.object, flights[key]?.runner?.thread == holder {
+          return nil
+        }
+        return wait
+      }
+    }
     return Stall(
-      waiter: thread, wait: wait, label: flight.cell.label, holder: holder,
-      holderWait: holderThread.flatMap { waits[$0] }.map {
-        ($0, DeadlockReport.describe($0.object, labels: labels))
-      })
+      waiter: thread, wait: wait, isRecheck: wait.stallReported, label: flight.cell.label,
+      holder: holder,
+      holderWait: holderWait.map { ($0, DeadlockReport.describe($0.object, labels: labels)) })
   }
 }
 
@@ -160,13 +189,16 @@ struct Stall {
 
   let waiter: ThreadID
   let wait: BlockedWait
+  /// Whether this wait has been reported before.
+  let isRecheck: Bool
   let label: CellLabel
   let holder: Holder
   /// The tracked wait the holder is in, if any, with what it waits for.
   let holderWait: (BlockedWait, String)?
 
-  /// Samples the thread in the way and writes the report. Runs outside the lock.
-  func report(stops: Bool) -> DeadlockReport {
+  /// Samples the thread in the way and writes the report, and says whether that thread is
+  /// blocked on a lock. Runs outside the lock.
+  func report(stops: Bool) -> (DeadlockReport, isBlocked: Bool) {
     let seconds = Double(Platform.monotonicNanoseconds() - wait.since) / 1e9
     var lines = [
       "MainOnce: \(waiter) has waited \(seconds.formatted(decimals: 1)) s in \(wait.call) for the"
@@ -175,8 +207,11 @@ struct Stall {
     let (finding, hint, blocked) = explain()
     lines += finding.map { "  " + $0 }
     lines.append("hint: " + hint)
-    return DeadlockReport(
-      kind: .stall, stopsProcess: stops && blocked, text: lines.joined(separator: "\n"))
+    return (
+      DeadlockReport(
+        kind: .stall, stopsProcess: stops && blocked, text: lines.joined(separator: "\n")),
+      blocked
+    )
   }
 
   /// What is in the way, a hint, and whether it looks like a deadlock (blocked on a lock).
@@ -226,7 +261,11 @@ struct Stall {
   private func explainHolder(_ owner: ThreadID, hint: String) -> ([String], String, Bool) {
     let state = ThreadSampler.stableActivity(of: owner)
     let isMainThread = owner == ThreadID.mainThread
-    let name = isMainThread ? "\(owner) (the main thread)" : "\(owner)"
+    let inRunLoop = isMainThread && MainRunLoop.isRunning
+    let name =
+      inRunLoop
+      ? "\(owner) (the main thread, in RunLoop.main)"
+      : isMainThread ? "\(owner) (the main thread)" : "\(owner)"
     if let (holderWait, object) = holderWait {
       return (
         [
@@ -235,7 +274,7 @@ struct Stall {
         ], "waiting goes on until that wait ends", false
       )
     }
-    if isMainThread, !Watchdog.hasSeenMainQueueServed.load(ordering: .relaxed) {
+    if isMainThread, !inRunLoop, !Watchdog.hasSeenMainQueueServed.load(ordering: .relaxed) {
       if case .polling = state.activity {
       } else {
         return (

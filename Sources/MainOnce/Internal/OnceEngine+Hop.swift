@@ -43,7 +43,7 @@ extension OnceEngine {
       if cell.isDone { return nil }
       let flight = registry.flight(for: cell)
       let (previous, cycle) = registry.beginWait(
-        for: cell, site: site, on: thread.id, detection: detection)
+        for: cell, policy: .mainQueue, site: site, on: thread.id, detection: detection)
       guard flight.runner == nil && flight.pendingHops == 0 else {
         return (.queue(sendsHop: false), previous, cycle)
       }

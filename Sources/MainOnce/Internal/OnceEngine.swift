@@ -103,7 +103,7 @@ enum OnceEngine {
       let parking = thread.takeParking()
       flight.waiters.append(Waiter(site: site, thread: thread.id, attempt: nil, parking: parking))
       let (previous, cycle) = registry.beginWait(
-        for: cell, site: site, on: thread.id, detection: detection)
+        for: cell, policy: policy, site: site, on: thread.id, detection: detection)
       return .wait(parking, previous: previous, cycle)
     }
     switch decision {
