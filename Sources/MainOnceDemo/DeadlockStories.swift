@@ -3,7 +3,7 @@ import MainOnce
 
 /// The deadlock detector at work. Each story runs in a process of its own.
 enum DeadlockStory: String, CaseIterable {
-  case cycle, stall, neverServed = "never-served", busy
+  case cycle, stall, abort, neverServed = "never-served", busy, idle
 
   var summary: String {
     switch self {
@@ -11,10 +11,14 @@ enum DeadlockStory: String, CaseIterable {
       "the main queue waits (tracked) for a worker that needs the stack: stopped at once"
     case .stall:
       "the main queue waits on a raw semaphore for that worker: reported, then it recovers"
+    case .abort:
+      "the same raw semaphore wait, with stalls set to abort: stopped after the stall timeout"
     case .neverServed:
       "top-level code blocks before it starts a run loop: reported"
     case .busy:
       "the main queue computes for 2 s: reported as busy, never stopped"
+    case .idle:
+      "the main thread waits in an event loop of its own, not Dispatch's: reported"
     }
   }
 
@@ -32,7 +36,8 @@ enum DeadlockStory: String, CaseIterable {
         done.wait(for: worker)
         say("unreachable: MainOnce stops the process when the worker blocks")
       }
-    case .stall:
+    case .stall, .abort:
+      if self == .abort { DeadlockDetection.stallResponse = .abort }
       DispatchQueue.main.async {
         let done = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
@@ -57,6 +62,16 @@ enum DeadlockStory: String, CaseIterable {
         while ContinuousClock.now < end { iterations &+= 1 }
         finishAfterStackIsBuilt()
       }
+    case .idle:
+      DispatchQueue.global().async { _ = Services.stack.value }
+      // An event loop that is not Dispatch's, as GLib's or libuv's would be: it waits in poll
+      // for input and does not serve the main queue meanwhile.
+      var ends: [Int32] = [0, 0]
+      _ = pipe(&ends)
+      var events = [pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)]
+      _ = poll(&events, 1, 2_000)
+      say("the main thread leaves its own event loop and starts dispatchMain() after 2 s")
+      DispatchQueue.main.async { finishAfterStackIsBuilt() }
     }
     dispatchMain()
   }
@@ -84,7 +99,7 @@ enum DeadlockStory: String, CaseIterable {
       let shown = text.components(separatedBy: "\n*** ").first ?? text
       print(shown.trimmingCharacters(in: .newlines))
       print("(exit status \(process.terminationStatus))\n")
-      let expectedToStop = story == .cycle
+      let expectedToStop = story == .cycle || story == .abort
       if (process.terminationStatus != 0) != expectedToStop { failures += 1 }
     }
     exit(failures == 0 ? 0 : 1)

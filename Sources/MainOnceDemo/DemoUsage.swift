@@ -10,7 +10,8 @@ enum DemoUsage {
     Diagnostics:
       reentrance     an initializer calls onceOnMain for its own token (stops the process)
       deadlock       every deadlock story below, each in a process of its own
-      deadlock cycle | stall | never-served | busy
-                     one story: a proven cycle stops the process; stalls are reported
+      deadlock cycle | stall | abort | never-served | busy | idle
+                     one story: a proven cycle stops the process; stalls are reported,
+                     and stop it when stalls abort
     """
 }
