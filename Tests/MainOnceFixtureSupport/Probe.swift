@@ -1,6 +1,6 @@
 public import Dispatch
 import Foundation
-public import MainOnce
+@_spi(Instrumentation) public import MainOnce
 public import Synchronization
 
 /// How a scenario's process serves the main queue.
@@ -105,6 +105,7 @@ public final class Probe: Sendable {
       + " earlyReturns=\(earlyReturns.load(ordering: .relaxed))"
       + " mainContext=\(ranInMainContext.load(ordering: .relaxed))"
       + " mainThread=\(ranOnMainThread.load(ordering: .relaxed))"
+      + " workItems=\(Instrumentation.mainQueueWorkItems)"
       + " driver=\(driver.rawValue) context=\(context.rawValue)"
     guard runs == 1, earlyReturns.load(ordering: .relaxed) == 0,
       ranInMainContext.load(ordering: .relaxed)
@@ -139,10 +140,16 @@ public final class StartGate: Sendable {
   /// A gate for `parties` threads.
   public init(parties: Int) { self.parties = parties }
 
-  /// Waits until every party has arrived.
-  public func arriveAndWait() {
+  /// Waits until every party has arrived, for at most `timeout`; returns whether they did.
+  @discardableResult
+  public func arriveAndWait(timeout: Duration = .seconds(30)) -> Bool {
     arrived.add(1, ordering: .acquiringAndReleasing)
-    while arrived.load(ordering: .acquiring) < parties { sched_yield() }
+    let deadline = ContinuousClock.now + timeout
+    while arrived.load(ordering: .acquiring) < parties {
+      if ContinuousClock.now > deadline { return false }
+      sched_yield()
+    }
+    return true
   }
 }
 
@@ -164,8 +171,20 @@ public final class RaceTally: Sendable {
   public let finished = Atomic(false)
   /// Cleared if the initializer ran outside main context.
   public let ranInMainContext = Atomic(true)
+  /// What the initializer builds: plain memory with no synchronization of its own. Callers read
+  /// it right after `onceOnMain` returns, before they touch this tally's atomics, so only
+  /// MainOnce orders the write before the reads: ThreadSanitizer (in CI) reports a race if it
+  /// does not. This is deliberately unsynchronized, which is why it is `nonisolated(unsafe)`.
+  nonisolated(unsafe) private let built: UnsafeMutablePointer<Int> = {
+    let built = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+    built.initialize(to: 0)
+    return built
+  }()
 
-  /// The initializer: checks main context independently of MainOnce, counts, and marks the end.
+  deinit { built.deallocate() }
+
+  /// The initializer: checks main context independently of MainOnce, counts, builds, and marks
+  /// the end.
   @MainActor
   public func initialize() {
     if !MainContext.isCurrent || DispatchQueue.getSpecific(key: mainQueueKey) != true {
@@ -173,12 +192,16 @@ public final class RaceTally: Sendable {
     }
     runs.add(1, ordering: .relaxed)
     if hold > 0 { usleep(hold) }
+    built.pointee = 42
     finished.store(true, ordering: .releasing)
   }
 
-  /// Called by each caller after `onceOnMain` returned.
+  /// Called by each caller after `onceOnMain` returned: it must see what the initializer built.
   public func returned() {
-    if !finished.load(ordering: .acquiring) { earlyReturns.add(1, ordering: .relaxed) }
+    let seen = built.pointee
+    if seen != 42 || !finished.load(ordering: .acquiring) {
+      earlyReturns.add(1, ordering: .relaxed)
+    }
   }
 }
 
@@ -221,11 +244,20 @@ public enum Stress {
     public var earlyReturns = 0
     /// Initializers that ran outside main context.
     public var outsideMainContext = 0
+    /// Whether a round's callers did not all return within a minute.
+    public var timedOut = false
+
+    /// Whether nothing went wrong.
+    public var isClean: Bool {
+      doubleRuns == 0 && missedRuns == 0 && earlyReturns == 0 && outsideMainContext == 0
+        && !timedOut
+    }
 
     /// One line, `key=value` pairs.
     public var description: String {
       "uses=\(uses) doubleRuns=\(doubleRuns) missedRuns=\(missedRuns)"
         + " earlyReturns=\(earlyReturns) outsideMainContext=\(outsideMainContext)"
+        + " timedOut=\(timedOut)"
     }
   }
 
@@ -234,11 +266,8 @@ public enum Stress {
   public static func startInBackground(driver: Driver) {
     Thread {
       let outcome = run(rounds: isLong ? 1_800 : 20)
-      let clean =
-        outcome.doubleRuns == 0 && outcome.missedRuns == 0 && outcome.earlyReturns == 0
-        && outcome.outsideMainContext == 0
-      print("\(clean ? "PASS" : "FAIL") \(outcome) driver=\(driver.rawValue)")
-      exit(clean ? 0 : 1)
+      print("\(outcome.isClean ? "PASS" : "FAIL") \(outcome) driver=\(driver.rawValue)")
+      exit(outcome.isClean ? 0 : 1)
     }.start()
   }
 
@@ -246,13 +275,14 @@ public enum Stress {
   public static let isLong = ProcessInfo.processInfo.environment["MAINONCE_STRESS"] == "long"
 
   /// Runs `rounds` rounds. In each, `threads` threads and one main-queue block call every one of
-  /// `tokens` fresh tokens, each in its own order. Blocks the calling thread, which must not be
-  /// the main queue or a Swift concurrency thread.
+  /// `tokens` fresh tokens, each in its own order; each initializer takes about 20 µs, so that
+  /// callers overlap it. Blocks the calling thread, which must not be the main queue or a Swift
+  /// concurrency thread; stops early if a round takes over a minute.
   public static func run(rounds: Int, tokens count: Int = 64, threads: Int = 8) -> Outcome {
     var outcome = Outcome()
     for _ in 0..<rounds {
       let tokens = TokenBuffer(count: count)
-      let tallies = (0..<count).map { _ in RaceTally() }
+      let tallies = (0..<count).map { _ in RaceTally(hold: 20) }
       let callers = DispatchGroup()
       let gate = StartGate(parties: threads + 1)
       @Sendable func callEvery(from caller: Int) {
@@ -270,7 +300,10 @@ public enum Stress {
       }
       callers.enter()
       DispatchQueue.main.async { callEvery(from: threads) }
-      callers.wait()
+      guard callers.wait(timeout: .now() + 60) == .success else {
+        outcome.timedOut = true
+        return outcome
+      }
       outcome.uses += count * (threads + 1)
       for tally in tallies {
         let runs = tally.runs.load(ordering: .relaxed)

@@ -1,19 +1,20 @@
 import Dispatch
 import Foundation
-import MainOnce
 import Synchronization
 import Testing
+
+@testable import MainOnce
 
 private struct BuildFailed: Error, Equatable {}
 
 /// Lets a test decide when a build ends, and how.
 private final class BuildScript: Sendable {
-  private let results: Mutex<[Result<Int, BuildFailed>]>
+  private let results: Locked<[Result<Int, BuildFailed>]>
   private let gate = DispatchSemaphore(value: 0)
   let builds = Recorder<Int>()
 
   init(_ results: [Result<Int, BuildFailed>]) {
-    self.results = Mutex(results)
+    self.results = Locked(results)
   }
 
   @MainActor

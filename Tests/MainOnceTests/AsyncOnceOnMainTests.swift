@@ -1,9 +1,10 @@
 import Dispatch
 import Foundation
-import MainOnce
 import MainOnceFixtureSupport
 import Synchronization
 import Testing
+
+@testable import MainOnce
 
 private struct AttemptFailed: Error, Equatable {
   let caller: Int
@@ -43,11 +44,16 @@ struct AsyncOnceOnMainTests {
   @MainActor
   func mainActorRunsInPlace() async throws {
     let caller = pthread_self()
-    let ranOn = Mutex<pthread_t?>(nil)
+    let ranOn = Locked<pthread_t?>(nil)
+    // Queued on the main actor before the call: it can only run if the call suspends.
+    var interleaved = false
+    let other = Task { @MainActor in interleaved = true }
     try await onceOnMain(token: Tokens.mainActor) {
       ranOn.withLock { $0 = pthread_self() }
     }
+    #expect(!interleaved, "the call suspended")
     #expect(ranOn.withLock { $0 } == caller)
+    await other.value
   }
 
   @Test("a cancelled waiter throws CancellationError while the initialization goes on")
@@ -60,12 +66,17 @@ struct AsyncOnceOnMainTests {
       onceOnMain(token: Tokens.cancellation) {
         runs.record(0)
         started.signal()
-        release.wait()
+        // Bounded, so that a failing test cannot leave the main queue blocked for the others.
+        _ = release.wait(timeout: .now() + 10)
       }
     }.start()
     guard await wait(for: started) else { return }
+    defer { release.signal() }
     let waiter = Task {
       try await onceOnMain(token: Tokens.cancellation) { runs.record(1) }
+    }
+    let other = Task {
+      try await onceOnMain(token: Tokens.cancellation) { runs.record(2) }
     }
     try await Task.sleep(for: .milliseconds(50))
     waiter.cancel()
@@ -73,9 +84,11 @@ struct AsyncOnceOnMainTests {
       try await withinTimeLimit { try await waiter.value }
     }
     release.signal()
+    // The other waiter was not cancelled with it: it returns once the initialization is done.
+    await #expect(throws: Never.self) { try await withinTimeLimit { try await other.value } }
     // The initialization finished, and it was the first caller's: the cancelled one never ran.
     try await withinTimeLimit {
-      try await onceOnMain(token: Tokens.cancellation) { runs.record(2) }
+      try await onceOnMain(token: Tokens.cancellation) { runs.record(3) }
     }
     #expect(runs.recorded == [0])
   }
@@ -91,13 +104,14 @@ struct AsyncOnceOnMainTests {
           try onceOnMain(token: Tokens.retries) { () throws(AttemptFailed) in
             attempts.record(0)
             started.signal()
-            release.wait()
+            _ = release.wait(timeout: .now() + 10)  // bounded: must not block main for good
             throw AttemptFailed(caller: 0)
           }
         }
-      }.get()
+      }?.get()
     }
     guard await wait(for: started) else { return }
+    defer { release.signal() }
     // Callers 1 and 2 fail too; caller 3 succeeds; callers 4 and 5 never run.
     var waiters: [Task<Void, any Error>] = []
     for caller in 1...5 {

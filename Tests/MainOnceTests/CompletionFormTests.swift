@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import MainOnce
+import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
@@ -12,25 +13,31 @@ struct CompletionFormTests {
     static let ordered = MainOnceToken("ordered completions")
     static let racing = MainOnceToken("racing completions")
     static let failing = MainOnceToken("failing completion")
+    static let failingThenCalled = MainOnceToken("failing completion, called again later")
   }
 
   @Test("handlers run once each, in the order the calls arrived, on the given queue")
   func handlersRunInArrivalOrder() async {
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)
+    let initialized = Atomic(false)
     Thread {
       onceOnMain(token: Tokens.ordered) {
         started.signal()
-        release.wait()
+        // Bounded, so that a failing test cannot leave the main queue blocked for the others.
+        _ = release.wait(timeout: .now() + 10)
+        initialized.store(true, ordering: .releasing)
       }
     }.start()
     guard await wait(for: started) else { return }
+    defer { release.signal() }
 
     let queue = DispatchQueue(label: "completions")
     let key = DispatchSpecificKey<Bool>()
     queue.setSpecific(key: key, value: true)
     let order = Recorder<Int>()
     let onQueue = Recorder<Bool>()
+    let afterInitializer = Recorder<Bool>()
     let handled = DispatchGroup()
     @Sendable func call(_ index: Int) {
       handled.enter()
@@ -39,6 +46,7 @@ struct CompletionFormTests {
       } completion: {
         order.record(index)
         onQueue.record(DispatchQueue.getSpecific(key: key) == true)
+        afterInitializer.record(initialized.load(ordering: .acquiring))
         handled.leave()
       }
     }
@@ -49,52 +57,80 @@ struct CompletionFormTests {
       for index in 2_000..<4_000 { call(index) }
     }
     let finished = await onThread { handled.wait(timeout: .now() + 10) == .success }
-    #expect(finished)
+    #expect(finished == true)
     #expect(order.recorded == Array(0..<4_000))
     #expect(onQueue.recorded.allSatisfy { $0 })
+    #expect(afterInitializer.recorded.allSatisfy { $0 }, "a handler ran before the initializer")
   }
 
   @Test("many callers on many threads cause one run, and every handler runs once")
   func racingCallersRunOnce() async {
-    let runs = Recorder<Int>()
+    let tally = RaceTally(hold: 5_000)
     let handlers = Recorder<Int>()
     let handled = DispatchGroup()
     for _ in 0..<64 { handled.enter() }
     await raceThreads(8) { thread in
       for call in 0..<8 {
         onceOnMain(token: Tokens.racing, completionQueue: .global()) {
-          runs.record(thread)
+          tally.initialize()
         } completion: {
+          tally.returned()
           handlers.record(thread * 8 + call)
           handled.leave()
         }
       }
     }
     let finished = await onThread { handled.wait(timeout: .now() + 10) == .success }
-    #expect(finished)
-    #expect(runs.count == 1)
+    #expect(finished == true)
+    #expect(tally.runs.load(ordering: .relaxed) == 1)
+    #expect(tally.earlyReturns.load(ordering: .relaxed) == 0, "a handler ran before the end")
     #expect(handlers.recorded.sorted() == Array(0..<64))
   }
 
-  @Test("a failing initializer's error goes to its own handler, and the next caller's runs")
-  func failureGoesToItsOwnHandler() async {
+  @Test(
+    "a failing initializer's error goes to its own handler, and the next caller's runs",
+    arguments: [false, true])
+  func failureGoesToItsOwnHandler(secondArrivesLater: Bool) async {
     let outcomes = Recorder<String>()
+    let ran = Recorder<String>()
     let handled = DispatchGroup()
     handled.enter()
-    handled.enter()
-    onceOnMain(token: Tokens.failing, completionQueue: .global()) { () throws(SetupFailed) in
+    let first: @MainActor @Sendable () throws(SetupFailed) -> Void = { () throws(SetupFailed) in
+      ran.record("first")
       throw SetupFailed()
-    } completion: { result in
+    }
+    let second: @MainActor @Sendable () throws(SetupFailed) -> Void = { () throws(SetupFailed) in
+      ran.record("second")
+    }
+    let firstHandler: @Sendable (Result<Void, SetupFailed>) -> Void = { result in
       outcomes.record((try? result.get()) == nil ? "first failed" : "first succeeded")
       handled.leave()
     }
-    onceOnMain(token: Tokens.failing, completionQueue: .global()) { () throws(SetupFailed) in
-    } completion: { result in
+    let secondHandler: @Sendable (Result<Void, SetupFailed>) -> Void = { result in
       outcomes.record((try? result.get()) != nil ? "second succeeded" : "second failed")
       handled.leave()
     }
+    if secondArrivesLater {
+      // The second call comes after the first failure was delivered: the token must be fresh.
+      onceOnMain(
+        token: Tokens.failingThenCalled, completionQueue: .global(), first, completion: firstHandler
+      )
+      let firstHandled = await onThread { handled.wait(timeout: .now() + 10) == .success }
+      #expect(firstHandled == true)
+      handled.enter()
+      onceOnMain(
+        token: Tokens.failingThenCalled, completionQueue: .global(), second,
+        completion: secondHandler)
+    } else {
+      // The second call queues behind the first: it runs once the first has failed.
+      handled.enter()
+      onceOnMain(token: Tokens.failing, completionQueue: .global(), first, completion: firstHandler)
+      onceOnMain(
+        token: Tokens.failing, completionQueue: .global(), second, completion: secondHandler)
+    }
     let finished = await onThread { handled.wait(timeout: .now() + 10) == .success }
-    #expect(finished)
+    #expect(finished == true)
     #expect(Set(outcomes.recorded) == ["first failed", "second succeeded"])
+    #expect(ran.recorded == ["first", "second"], "the second caller's initializer must run")
   }
 }

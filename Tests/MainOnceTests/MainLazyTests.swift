@@ -1,9 +1,10 @@
 import Dispatch
 import Foundation
-import MainOnce
 import MainOnceFixtureSupport
 import Synchronization
 import Testing
+
+@testable import MainOnce
 
 final class Stack: Sendable {
   let builtInMainContext: Bool
@@ -31,7 +32,7 @@ struct MainLazyTests {
 
   @Test("the builder runs once, in main context, while eight threads race")
   func racingReaders() async {
-    let serials = Mutex<Set<Int>>([])
+    let serials = Locked<Set<Int>>([])
     let inMainContext = Atomic(true)
     await raceThreads(8) { _ in
       let stack = Values.stack.value

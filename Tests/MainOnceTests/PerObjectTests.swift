@@ -13,21 +13,56 @@ private final class Window: Sendable {
   let layouts = Atomic(0)
   let installedInMainContext = Atomic(true)
 
-  func didBecomeVisible() {
+  /// Returns whether both call sites had run when it returned.
+  func didBecomeVisible() -> Bool {
     onceOnMain(for: self) {
       if DispatchQueue.getSpecific(key: mainQueueKey) != true {
         installedInMainContext.store(false, ordering: .relaxed)
       }
+      usleep(1_000)  // long enough for the other threads to arrive
       toolbarInstalls.add(1, ordering: .relaxed)
     }
     onceOnMain(for: self) { menuInstalls.add(1, ordering: .relaxed) }
+    return toolbarInstalls.load(ordering: .relaxed) > 0 && menuInstalls.load(ordering: .relaxed) > 0
   }
 
-  func layOut() {
+  /// Returns whether the call site had run when it returned.
+  func layOut() -> Bool {
     runOnce(for: self) {
-      layouts.add(1, ordering: .relaxed)
       usleep(1_000)
+      layouts.add(1, ordering: .relaxed)
     }
+    return layouts.load(ordering: .relaxed) > 0
+  }
+}
+
+private struct BodyFailed: Error, Equatable {}
+
+/// Used by one test only, so that its cells' labels ("for a Ledger") identify them.
+private final class Ledger: Sendable {}
+
+/// One call site for each per-object form: the first caller's body fails after `release`, the
+/// others succeed. Returns whether this caller's call threw.
+private func attempt(
+  for object: Ledger, onMain: Bool, caller: Int, ran: Recorder<Int>, started: DispatchSemaphore,
+  release: DispatchSemaphore
+) -> Bool {
+  let body = { () throws(BodyFailed) in
+    ran.record(caller)
+    guard caller == 0 else { return }
+    started.signal()
+    _ = release.wait(timeout: .now() + 10)  // bounded: a failing test must not block main
+    throw BodyFailed()
+  }
+  do throws(BodyFailed) {
+    if onMain {
+      try onceOnMain(for: object) { () throws(BodyFailed) in try body() }
+    } else {
+      try runOnce(for: object, body)
+    }
+    return false
+  } catch {
+    return true
   }
 }
 
@@ -44,17 +79,60 @@ struct PerObjectTests {
   @Test("each call site runs once per object, in main context, across threads")
   func oncePerObjectAndSite() async {
     let windows = (0..<32).map { _ in Window() }
-    await raceThreads(8) { thread in
-      for step in 0..<windows.count {
-        let window = windows[(step + thread * 5) % windows.count]
-        window.didBecomeVisible()
-        window.layOut()
+    let earlyReturns = Atomic(0)
+    await raceThreads(8) { _ in
+      // Every thread visits the windows in the same order, so that they collide on each.
+      for window in windows {
+        if !window.didBecomeVisible() { earlyReturns.add(1, ordering: .relaxed) }
+        if !window.layOut() { earlyReturns.add(1, ordering: .relaxed) }
       }
     }
+    #expect(earlyReturns.load(ordering: .relaxed) == 0)
     #expect(windows.allSatisfy { $0.toolbarInstalls.load(ordering: .relaxed) == 1 })
     #expect(windows.allSatisfy { $0.menuInstalls.load(ordering: .relaxed) == 1 })
     #expect(windows.allSatisfy { $0.layouts.load(ordering: .relaxed) == 1 })
     #expect(windows.allSatisfy { $0.installedInMainContext.load(ordering: .relaxed) })
+  }
+
+  @Test(
+    "a failed body leaves the call site fresh, and a waiting caller runs its own",
+    arguments: [true, false])
+  func failureHandsOver(onMain: Bool) async {
+    let object = Ledger()
+    let ran = Recorder<Int>()
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let firstThrew = Atomic(false)
+    let firstReturned = DispatchSemaphore(value: 0)
+    Thread {
+      let threw = attempt(
+        for: object, onMain: onMain, caller: 0, ran: ran, started: started, release: release)
+      firstThrew.store(threw, ordering: .releasing)
+      firstReturned.signal()
+    }.start()
+    guard await wait(for: started) else { return }
+    defer { release.signal() }
+    let second = Task.detached {
+      await onThread {
+        attempt(
+          for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
+      }
+    }
+    // Let the second caller queue up behind the failing body before it fails.
+    let queued = await onThread {
+      for _ in 0..<5_000 where waitingCallers(labelContaining: "for a Ledger") < 1 {
+        usleep(1_000)
+      }
+      return waitingCallers(labelContaining: "for a Ledger") == 1
+    }
+    #expect(queued == true)
+    release.signal()
+    let secondThrew = await second.value
+    #expect(secondThrew == false)
+    guard await wait(for: firstReturned) else { return }
+    let firstDidThrow = firstThrew.load(ordering: .acquiring)
+    #expect(firstDidThrow)
+    #expect(ran.recorded == [0, 1])
   }
 
   @Test("runOnce runs on the calling thread")

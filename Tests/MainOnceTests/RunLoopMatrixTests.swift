@@ -17,6 +17,16 @@ struct RunLoopMatrixTests {
     var expectsMainThread: Bool {
       driver == .runLoop || driver == .none || context == .topLevel
     }
+    /// Main-queue work items MainOnce sends: callers in main context run in place; eight
+    /// racing threads share one hop; with a main-queue caller in the race, that caller may run
+    /// the initializer first, and then nobody hops.
+    var expectedWorkItems: Set<String> {
+      switch context {
+      case .background: ["1"]
+      case .mixed: ["0", "1"]
+      default: ["0"]
+      }
+    }
     var testDescription: String { "\(driver.rawValue), \(context.rawValue)" }
   }
 
@@ -41,6 +51,9 @@ struct RunLoopMatrixTests {
     #expect(outcome.value("earlyReturns") == "0")
     #expect(outcome.value("mainContext") == "true")
     #expect(outcome.value("mainThread") == String(scenario.expectsMainThread))
+    #expect(
+      scenario.expectedWorkItems.contains(outcome.value("workItems") ?? "none"),
+      "main-queue work items: \(outcome.verdict)")
   }
 
   @Test(
@@ -57,6 +70,25 @@ struct RunLoopMatrixTests {
     for key in ["doubleRuns", "missedRuns", "earlyReturns", "outsideMainContext"] {
       #expect(outcome.value(key) == "0", "\(key)")
     }
+  }
+
+  /// The one context public signals cannot tell apart: a `sync` nested in main-queue code after
+  /// `dispatchMain()` or in async main. The caller holds the main queue without knowing it, so its
+  /// hop can never start; MainOnce must say so on standard error rather than hang in silence.
+  @Test(
+    "without queue introspection, a nested sync that can never hop is explained on stderr",
+    arguments: [Driver.dispatchMain, .asyncMain])
+  func fallbackNestedSyncIsExplained(_ driver: Driver) async throws {
+    let scenario = Scenario(driver: driver, context: .nestedSync)
+    let outcome = try await FixtureProcess.run(
+      scenario.executable, scenario.arguments,
+      environment: ["MAINONCE_QUEUE_INTROSPECTION": "off", "MAINONCE_STALL_TIMEOUT": "0.3"],
+      timeout: .seconds(4))
+    #expect(outcome.timedOut, "the hop cannot start, so the scenario cannot end")
+    #expect(outcome.standardError.contains("queue introspection is unavailable"))
+    #expect(
+      outcome.standardError.contains("inside queue.sync within a main-queue block"),
+      "\(outcome.standardError)")
   }
 
   /// Where libdispatch's queue state cannot be read, MainOnce must still be right wherever
@@ -76,5 +108,8 @@ struct RunLoopMatrixTests {
     #expect(outcome.value("runs") == "1")
     #expect(outcome.value("earlyReturns") == "0")
     #expect(outcome.value("mainContext") == "true")
+    #expect(
+      scenario.expectedWorkItems.contains(outcome.value("workItems") ?? "none"),
+      "main-queue work items: \(outcome.verdict)")
   }
 }

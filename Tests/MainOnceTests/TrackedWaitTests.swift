@@ -8,13 +8,11 @@ import Testing
 @Suite("Tracked waits")
 struct TrackedWaitTests {
   @Test("a tracked wait returns what the wait returns and leaves no edge behind")
-  func trackedWaitLeavesNoEdge() async throws {
-    let outcome = try await withinTimeLimit {
-      await onThread { () -> (Int, Bool) in
-        let value = withTrackedWait(for: .work("nothing")) { 42 }
-        let me = ThreadRecord.current.id
-        return (value, Registry.shared.withLock { $0.waits[me] != nil })
-      }
+  func trackedWaitLeavesNoEdge() async {
+    let outcome = await onThread { () -> (Int, Bool) in
+      let value = withTrackedWait(for: .work("nothing")) { 42 }
+      let me = ThreadRecord.current.id
+      return (value, Registry.shared.withLock { $0.waits[me] != nil })
     }
     #expect(outcome?.0 == 42)
     #expect(outcome?.1 == false)
@@ -35,36 +33,32 @@ struct TrackedWaitTests {
   }
 
   @Test("a tracked group wait ends when the work leaves, and times out when it never does")
-  func groupWait() async throws {
-    let results = try await withinTimeLimit {
-      await onThread { () -> (Bool, DispatchTimeoutResult) in
-        let work = WaitTarget.work("group member")
-        let group = DispatchGroup()
-        group.enter()
-        Thread {
-          work.perform { usleep(10_000) }
-          group.leave()
-        }.start()
-        group.wait(for: work)
-        let finished = group.wait(timeout: .now()) == .success
-        let never = DispatchGroup()
-        never.enter()
-        return (finished, never.wait(for: .work("absent"), timeout: .now() + .milliseconds(50)))
-      }
+  func groupWait() async {
+    let results = await onThread { () -> (Bool, DispatchTimeoutResult) in
+      let work = WaitTarget.work("group member")
+      let group = DispatchGroup()
+      group.enter()
+      Thread {
+        work.perform { usleep(10_000) }
+        group.leave()
+      }.start()
+      group.wait(for: work)
+      let finished = group.wait(timeout: .now()) == .success
+      let never = DispatchGroup()
+      never.enter()
+      return (finished, never.wait(for: .work("absent"), timeout: .now() + .milliseconds(50)))
     }
     #expect(results?.0 == true)
     #expect(results?.1 == .timedOut)
   }
 
   @Test("trackedSync on a serial queue runs the work there and returns its value")
-  func trackedSyncReturnsValue() async throws {
+  func trackedSyncReturnsValue() async {
     let queue = DispatchQueue(label: "tracked.serial")
-    let value = try await withinTimeLimit {
-      await onThread {
-        queue.trackedSync { () -> String in
-          dispatchPrecondition(condition: .onQueue(queue))
-          return "ran"
-        }
+    let value = await onThread {
+      queue.trackedSync { () -> String in
+        dispatchPrecondition(condition: .onQueue(queue))
+        return "ran"
       }
     }
     #expect(value == "ran")
@@ -75,7 +69,7 @@ struct TrackedWaitTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
       let me = WaitTarget.currentThread
-      let other = Mutex<WaitTarget?>(nil)
+      let other = Locked<WaitTarget?>(nil)
       let never = DispatchSemaphore(value: 0)
       Thread {
         other.withLock { $0 = .currentThread }

@@ -65,7 +65,11 @@ struct FixtureProcess {
       output: output, error: error)
     let outputText = PipeReader(output.readEnd)
     let errorText = PipeReader(error.readEnd)
-    let (status, timedOut) = await onThread { reap(pid, deadline: .now() + timeout.seconds) }
+    // `reap` ends by the deadline (it kills the child past it); the extra time is a backstop.
+    let (status, timedOut) =
+      await onThread(timeout: timeout + .seconds(10)) {
+        reap(pid, deadline: .now() + timeout.seconds)
+      } ?? (-1, true)
     return Outcome(
       status: status,
       standardOutput: outputText.text(),

@@ -22,7 +22,10 @@ func raceThreads(
       finished.leave()
     }.start()
   }
-  let inTime = await onThread { finished.wait(timeout: .now() + timeout.seconds) == .success }
+  let inTime =
+    await onThread(timeout: timeout + .seconds(5)) {
+      finished.wait(timeout: .now() + timeout.seconds) == .success
+    } ?? false
   if !inTime {
     Issue.record("threads did not finish within \(timeout)", sourceLocation: sourceLocation)
   }
@@ -30,11 +33,20 @@ func raceThreads(
 }
 
 /// Runs blocking work on a new thread, so that tests never block the cooperative pool (on
-/// Linux, libdispatch adds a worker for blocked ones only about once a second).
-func onThread<Result: Sendable>(_ work: @escaping @Sendable () -> Result) async -> Result {
-  await withCheckedContinuation { continuation in
-    Thread { continuation.resume(returning: work()) }.start()
+/// Linux, libdispatch adds a worker for blocked ones only about once a second), and waits at
+/// most `timeout` for it. On timeout it records an issue and returns `nil`, leaving the thread
+/// to finish on its own, so that a hang fails the test instead of the run.
+func onThread<Result: Sendable>(
+  timeout: Duration = .seconds(30),
+  sourceLocation: SourceLocation = #_sourceLocation,
+  _ work: @escaping @Sendable () -> Result
+) async -> Result? {
+  let outcome = try? await withinTimeLimit(timeout, sourceLocation: sourceLocation) {
+    await withCheckedContinuation { continuation in
+      Thread { continuation.resume(returning: work()) }.start()
+    }
   }
+  return outcome.flatMap { $0 }
 }
 
 /// Waits for `semaphore` for at most `timeout`, off the cooperative pool.
@@ -42,7 +54,10 @@ func wait(
   for semaphore: DispatchSemaphore, timeout: Duration = .seconds(10),
   sourceLocation: SourceLocation = #_sourceLocation
 ) async -> Bool {
-  let signalled = await onThread { semaphore.wait(timeout: .now() + timeout.seconds) == .success }
+  let signalled =
+    await onThread(timeout: timeout + .seconds(5)) {
+      semaphore.wait(timeout: .now() + timeout.seconds) == .success
+    } ?? false
   if !signalled { Issue.record("timed out after \(timeout)", sourceLocation: sourceLocation) }
   return signalled
 }

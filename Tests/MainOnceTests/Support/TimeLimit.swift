@@ -2,6 +2,8 @@ import Dispatch
 import Synchronization
 import Testing
 
+@testable import MainOnce
+
 /// Awaits `operation` for at most `limit`. On timeout it records an issue, cancels the
 /// operation and returns `nil` without waiting for it, so that a lost continuation fails the
 /// test instead of hanging the run.
@@ -38,7 +40,7 @@ extension Result where Failure == any Error {
 
 /// Holds one value until the first `take()`.
 private final class Slot<Value: Sendable>: Sendable {
-  private let value = Mutex<Value?>(nil)
+  private let value = Locked<Value?>(nil)
 
   func put(_ newValue: Value) { value.withLock { $0 = newValue } }
   func take() -> Value? { value.withLock { $0.take() } }
