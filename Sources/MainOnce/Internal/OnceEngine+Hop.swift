@@ -56,7 +56,7 @@ extension OnceEngine {
       switch hopAndRun(cell.key, site: site, requester: thread.id, restoring: previous, body) {
       case .ran(let result):
         // A failure came from this caller's own initializer, which throws `Failure`.
-        _ = try result.mapError { $0 as! Failure }.get()
+        try rethrow(result, as: Failure.self)
         return true
       case .done:
         return true
@@ -131,7 +131,7 @@ extension OnceEngine {
     case .busy:
       return .mustWait
     }
-    let result = invoke(body, on: thread).mapError { $0 as any Error }
+    let result = invoke(body, on: thread)
     let (deliveries, ended) = Registry.shared.withLock { registry in
       let ended = registry.endWait(on: requester, restoring: previous)
       return (

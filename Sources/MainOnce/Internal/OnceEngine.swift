@@ -125,10 +125,10 @@ enum OnceEngine {
     case .run(let flight):
       let result = invoke(body, on: thread)
       let deliveries = Registry.shared.withLock { registry in
-        registry.complete(flight, with: result.mapError { $0 }, ranFor: nil, policy: policy)
+        registry.complete(flight, with: result, ranFor: nil, policy: policy)
       }
       deliveries.deliver()
-      _ = try result.get()
+      try rethrow(result, as: Failure.self)
       return true
     }
   }
@@ -136,10 +136,10 @@ enum OnceEngine {
   /// Calls an initializer, counting it on the thread so that main context stays provable.
   static func invoke<Failure: Error>(
     _ body: () throws(Failure) -> UInt, on thread: ThreadRecord
-  ) -> Result<UInt, Failure> {
+  ) -> Result<UInt, any Error> {
     thread.initializerDepth += 1
     defer { thread.initializerDepth -= 1 }
-    return Result { () throws(Failure) in try body() }
+    return erase(body)
   }
 
   static func invoke(_ attempt: Attempt, on thread: ThreadRecord) -> Result<UInt, any Error> {
@@ -148,9 +148,25 @@ enum OnceEngine {
     return attempt()
   }
 
+  /// Calls `body`, catching its typed error as `any Error`.
+  ///
+  /// Catching straight into this concrete `Result` keeps the slow path from building a
+  /// `Result<UInt, Failure>`: in code generic over `Failure` its metadata is instantiated at run
+  /// time, which cost about a quarter of a first call.
   static func erase<Failure: Error>(_ body: () throws(Failure) -> UInt) -> Result<
     UInt, any Error
   > {
-    Result { () throws(Failure) in try body() }.mapError { $0 }
+    do {
+      return .success(try body())
+    } catch {
+      return .failure(error)
+    }
+  }
+
+  /// Throws the error of a failed result, which came from an initializer that throws `Failure`.
+  static func rethrow<Failure: Error>(
+    _ result: Result<UInt, any Error>, as _: Failure.Type
+  ) throws(Failure) {
+    if case .failure(let error) = result { throw error as! Failure }
   }
 }
