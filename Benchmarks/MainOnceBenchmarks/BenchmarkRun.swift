@@ -14,10 +14,18 @@ struct BenchmarkRun {
     let targets: [Target]
   }
 
+  /// Whether a target was met.
+  enum Verdict: String, Codable {
+    case met
+    /// The rounds disagree: some meet the target, some do not.
+    case withinNoise = "within noise"
+    case missed = "MISSED"
+  }
+
   struct Target: Codable {
     let name: String
     let measured: String
-    let met: Bool
+    let verdict: Verdict
     let note: String
   }
 

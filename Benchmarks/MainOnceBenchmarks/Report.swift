@@ -81,7 +81,7 @@ enum Report {
   static func printTargets(_ targets: [BenchmarkRun.Target]) {
     print("Targets")
     for target in targets {
-      print("  \(target.met ? "met   " : "MISSED") \(target.name): \(target.measured)")
+      print("  \(target.verdict.rawValue): \(target.name): \(target.measured)")
       if !target.note.isEmpty { print("         \(target.note)") }
     }
   }

@@ -8,25 +8,28 @@ enum Targets {
     for name in ["onceOnMain(token:)", "MainLazy.value"] {
       guard let timing = rows.first(where: { $0.name == name })?.otherThread, let baseline
       else { continue }
-      // Judged at the precision the table prints: two decimals of the ratio of best times.
-      let ratio = (timing.best / baseline.best * 100).rounded() / 100
+      let ratio = PairedRatio(timing, over: baseline)
+      // Judged at the precision the table prints, two decimals: 1.004 is 1.00.
+      let verdict = ratio.verdict(against: 1.005)
       targets.append(
         BenchmarkRun.Target(
           name: "\(name) fast path ≤ 1.0× dispatch_once_f",
-          measured: "\(Report.format(ratio, decimals: 2))× (best of rounds, another thread)",
-          met: ratio <= 1.0,
-          note: "instructions per call, which do not vary from run to run:"
-            + " `MainOnceBenchmarks instructions`"
-            + (ratio <= 1.0 ? "" : "; a gap of 1–2% between runs is timing noise")))
+          measured: "\(ratio.description), another thread",
+          verdict: verdict,
+          note: verdict == .met
+            ? ""
+            : "instructions per call do not vary from run to run:"
+              + " `MainOnceBenchmarks instructions` counts them"))
     }
     for result in firstCalls {
-      let ratio = result.onceOnMain.median / result.mainQueueSync.median
+      let ratio = PairedRatio(result.onceOnMain, over: result.mainQueueSync)
+      let verdict = ratio.verdict(against: 1.1)
       targets.append(
         BenchmarkRun.Target(
           name: "first call ≤ 1.1× a bare main.sync under \(Report.driverName(result.driver))",
-          measured: "\(Report.format(ratio, decimals: 2))× (median)",
-          met: ratio <= 1.1,
-          note: ratio <= 1.1 ? "" : firstCallReason(result)))
+          measured: ratio.description,
+          verdict: verdict,
+          note: verdict == .met ? "" : firstCallReason(result, verdict)))
     }
     for result in firstCalls {
       let items = result.race.onceOnMainWorkItems
@@ -35,21 +38,23 @@ enum Targets {
           name: "racing callers enqueue one main-queue work item"
             + " (\(Report.driverName(result.driver)))",
           measured: "\(Report.format(items, decimals: 2)) per race of \(result.race.threads)",
-          met: items == 1, note: ""))
+          verdict: items == 1 ? .met : .missed, note: ""))
     }
     return targets
   }
 
-  /// Why a first call costs more than a bare `main.sync` under `result`'s driver.
-  private static func firstCallReason(_ result: FirstCallProcess.Result) -> String {
+  /// Why a first call costs more than a bare `main.sync` under `result`'s driver, or why the
+  /// rounds cannot tell.
+  private static func firstCallReason(
+    _ result: FirstCallProcess.Result, _ verdict: BenchmarkRun.Verdict
+  ) -> String {
     let bare = result.mainQueueSync
     let overhead = result.onceOnMain.median - bare.median
-    let spread = bare.median - bare.best
-    if overhead <= spread {
-      return "the difference, \(Report.format(overhead, decimals: 0)) ns, is within the spread of"
-        + " the bare hop itself (best \(Report.format(bare.best, decimals: 0)) ns, median"
-        + " \(Report.format(bare.median, decimals: 0)) ns): the hop wakes the main thread, and that"
-        + " wake-up's cost varies more than MainOnce adds"
+    if verdict == .withinNoise {
+      return "the rounds disagree: a bare hop that wakes the main thread took"
+        + " \(Report.format(bare.best, decimals: 0)) to"
+        + " \(Report.format(bare.samples.max() ?? .nan, decimals: 0)) ns per call from round to"
+        + " round, a spread far larger than MainOnce's own bookkeeping"
     }
     return "a bare main.sync"
       + (result.driver == "dispatchMain"

@@ -4,15 +4,46 @@ import Foundation
 /// Monotonic nanoseconds.
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-/// Best and median of a set of per-call timings, in nanoseconds.
+/// Per-call timings in nanoseconds, one sample per round in round order, with their best and
+/// median.
 struct Timing: Codable {
   let best: Double
   let median: Double
+  let samples: [Double]
 
   init(_ samples: [Double]) {
     let sorted = samples.sorted()
     best = sorted.first ?? .nan
     median = sorted.isEmpty ? .nan : sorted[sorted.count / 2]
+    self.samples = samples
+  }
+}
+
+/// The ratio of two timings taken in the same rounds: one ratio per round, of samples taken back
+/// to back, so that whatever slowed a round down slowed both. Its quartiles show the noise.
+struct PairedRatio {
+  let lowerQuartile: Double
+  let median: Double
+  let upperQuartile: Double
+
+  init(_ timing: Timing, over baseline: Timing) {
+    let ratios = zip(timing.samples, baseline.samples).map { $0 / $1 }.sorted()
+    func quantile(_ fraction: Double) -> Double {
+      ratios.isEmpty ? .nan : ratios[Int((Double(ratios.count - 1) * fraction).rounded())]
+    }
+    (lowerQuartile, median, upperQuartile) = (quantile(0.25), quantile(0.5), quantile(0.75))
+  }
+
+  /// How the ratio compares with `target`: met if the median is within it, missed if even the
+  /// lower quartile is over it; otherwise the rounds disagree, and it is within the noise.
+  func verdict(against target: Double) -> BenchmarkRun.Verdict {
+    if median <= target { return .met }
+    return lowerQuartile > target ? .missed : .withinNoise
+  }
+
+  var description: String {
+    "\(Report.format(median, decimals: 2))× (median of per-round ratios; quartiles"
+      + " \(Report.format(lowerQuartile, decimals: 2))–\(Report.format(upperQuartile, decimals: 2)))"
   }
 }
 
