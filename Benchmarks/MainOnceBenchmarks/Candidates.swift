@@ -20,7 +20,7 @@ struct Candidate: Sendable {
 
   static let all: [Candidate] = [
     blocking("empty probe (a call and a return)", mainOnce: false) {
-      repeatProbe($0, FastPaths.emptyProbe)
+      repeatProbe($0) { bench_empty_probe() }
     },
     blocking(baselineName, mainOnce: false) {
       repeatProbe($0) { bench_dispatch_once_probe() }

@@ -62,10 +62,9 @@ enum FastPaths {
 
   // MARK: - Probes
 
-  // The empty probes call an empty C function, which the optimizer cannot see into: a call
-  // and a return, and no memory write that another thread's cache line could slow down.
-  @inline(never) static func emptyProbe() -> Int { bench_empty_probe() }
-
+  // The empty async probe calls an empty C function, which the optimizer cannot see into (the
+  // blocking empty probe calls it directly): no memory write that another thread's cache line
+  // could slow down.
   @inline(never) static func emptyAsyncProbe() async -> Int { bench_empty_probe() }
 
   @inline(never) static func onceOnMainProbe() -> Int {
