@@ -5,10 +5,10 @@ internal import Dispatch
 /// initializer has run.
 extension OnceEngine {
   private enum Claim {
-    /// This caller sends the hop and runs its initializer in it.
+    /// This caller sends a synchronous hop and runs its initializer in it.
     case hop
-    /// This caller queues its initializer; `sendsHop` if it must send an asynchronous hop.
-    case queue(sendsHop: Bool)
+    /// This caller queues its initializer (see `waitInQueue`).
+    case queue
   }
 
   /// How a synchronous hop found the flight.
@@ -44,11 +44,13 @@ extension OnceEngine {
       let flight = registry.flight(for: cell)
       let (previous, cycle) = registry.beginWait(
         for: cell, policy: .mainQueue, site: site, on: thread.id, detection: detection)
-      guard flight.runner == nil && flight.pendingHops == 0 else {
-        return (.queue(sendsHop: false), previous, cycle)
+      // A synchronous hop needs the main queue's owner to be readable: then this thread is
+      // known not to hold the main queue, and `main.sync` cannot trap.
+      guard flight.runner == nil && flight.pendingHops == 0 && QueueOwnership.isAvailable else {
+        return (.queue, previous, cycle)
       }
       flight.pendingHops += 1
-      return (QueueOwnership.isAvailable ? .hop : .queue(sendsHop: true), previous, cycle)
+      return (.hop, previous, cycle)
     }
     guard let (claim, previous, cycle) = claimed else { return true }
     cycle?.deliver(at: site)
@@ -63,11 +65,6 @@ extension OnceEngine {
       case .mustWait:
         break
       }
-    }
-    if case .queue(sendsHop: true) = claim {
-      Instrumentation.noteMainQueueWorkItem()
-      let key = SendableKey(cell.key)
-      DispatchQueue.main.async { drive(key.key) }
     }
     return try waitInQueue(cell, site: site, thread: thread, restoring: previous, body)
   }
@@ -145,7 +142,12 @@ extension OnceEngine {
     return .ran(result)
   }
 
-  /// Queues the caller's initializer in the flight and blocks until it is resolved.
+  /// Queues the caller's initializer in the flight, sends an asynchronous hop if none is on its
+  /// way and nobody runs an initializer, and blocks until it is resolved.
+  ///
+  /// Queueing and deciding on the hop happen under one lock: decided earlier, the hop could
+  /// run before the initializer is queued, find nothing to run and retire the flight, and the
+  /// caller would start over with a second hop.
   private static func waitInQueue<Failure: Error>(
     _ cell: OnceCell,
     site: CallSite,
@@ -169,6 +171,7 @@ extension OnceEngine {
           return cell.isDone ? .done : .retry
         }
         flight.waiters.append(waiter)
+        if flight.runner == nil && flight.pendingHops == 0 { registry.scheduleHop(for: flight) }
         return nil
       }
       if let gone {
