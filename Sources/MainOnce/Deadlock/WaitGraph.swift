@@ -16,9 +16,6 @@ struct BlockedWait {
   let siteIsCaller: Bool
   /// Whether the waiting thread holds the main queue while it waits.
   let holdsMainQueue: Bool
-  /// Whether this is a wait for an initializer that runs in main context, which the watchdog
-  /// watches. (`runOnce(for:)` runs its body on the calling thread: nothing to do with main.)
-  let isForMainQueue: Bool
   let since: UInt64 = Platform.monotonicNanoseconds()
   /// When the watchdog next samples the thread in the way; set when the wait is recorded.
   var nextCheck: UInt64 = 0
@@ -30,14 +27,13 @@ struct BlockedWait {
 
   init(
     object: WaitObject, operation: StaticString, site: CallSite, siteIsCaller: Bool = true,
-    holdsMainQueue: Bool, isForMainQueue: Bool = false
+    holdsMainQueue: Bool
   ) {
     self.object = object
     self.operation = operation
     self.site = site
     self.siteIsCaller = siteIsCaller
     self.holdsMainQueue = holdsMainQueue
-    self.isForMainQueue = isForMainQueue
   }
 
   /// The blocking call, for reports: `onceOnMain(token:) at App/Store.swift:31`.
@@ -72,22 +68,24 @@ extension Registry {
     return (previous, cycle)
   }
 
-  /// Records that `thread` is about to block until `cell`'s initializer has run, checking for
-  /// a cycle and, for an initializer that runs on the main queue, waking the watchdog as
-  /// `detection` says.
+  /// Records that `thread` is about to block until `flight`'s initializer has run, checking
+  /// for a cycle and, for an initializer that runs on the main queue, waking the watchdog as
+  /// `detection` says. (`runOnce(for:)` runs its body on the calling thread: nothing for the
+  /// watchdog to watch.)
   mutating func beginWait(
-    for cell: OnceCell, policy: OnceEngine.Policy, site: CallSite, on thread: ThreadID,
+    for flight: Flight, site: CallSite, on thread: ThreadID,
     detection: DeadlockDetection.Snapshot
   ) -> (previous: BlockedWait?, cycle: DeadlockReport?) {
-    let isForMainQueue = policy == .mainQueue
+    let cell = flight.cell
     var wait = BlockedWait(
       object: .flight(cell.key), operation: cell.label.operation, site: site,
-      siteIsCaller: cell.label.hasCallSites, holdsMainQueue: false,
-      isForMainQueue: isForMainQueue)
+      siteIsCaller: cell.label.hasCallSites, holdsMainQueue: false)
     wait.nextCheck = wait.since + detection.stallTimeoutNanoseconds
     let (previous, cycle) = beginWait(
       wait, on: thread, checkingCycles: detection.cycleResponse != .ignore)
-    if isForMainQueue && detection.stallResponse != .ignore { Watchdog.watch(&self) }
+    if flight.policy == .mainQueue && detection.stallResponse != .ignore {
+      Watchdog.watch(&self)
+    }
     return (
       previous,
       cycle.map {
@@ -157,10 +155,8 @@ extension Registry {
   /// Calls `body` with each thread that must make progress before `waiter`'s `wait` can end,
   /// until `body` returns `false`.
   ///
-  /// A flight that `waiter` runs itself does not block it: after `dispatchMain()` a hop runs on
-  /// the thread that sent it, whose wait stays recorded meanwhile. `asker` is the thread about
-  /// to wait (its wait is not recorded yet); where the main queue's owner cannot be read, it
-  /// counts as holding the main queue if `askerHoldsMainQueue`.
+  /// `asker` is the thread about to wait (its wait is not recorded yet); where the main queue's
+  /// owner cannot be read, it counts as holding the main queue if `askerHoldsMainQueue`.
   func forEachBlocker(
     of wait: BlockedWait, waiter: ThreadID, asker: ThreadID, askerHoldsMainQueue: Bool,
     _ body: (Blocker) -> Bool
@@ -169,9 +165,9 @@ extension Registry {
     case .flight(let key):
       guard let flight = flights[key] else { return }
       if let runner = flight.runner {
-        if runner.thread != waiter {
-          _ = body(Blocker(thread: runner.thread, reason: ", which runs it"))
-        }
+        // A hop that runs on the thread that sent it ends that thread's wait (see `hopAndRun`).
+        assert(runner.thread != waiter, "\(waiter) is recorded as waiting for its own initializer")
+        _ = body(Blocker(thread: runner.thread, reason: ", which runs it"))
         return
       }
       forEachMainQueueHolder(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue, body)

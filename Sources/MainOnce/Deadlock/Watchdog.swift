@@ -106,9 +106,9 @@ extension Registry {
   mutating func collectStalls(now: UInt64, timeout: UInt64, watching: Bool) -> ([Stall], UInt64?) {
     var stalls: [Stall] = []
     var nextDeadline: UInt64?
-    for (thread, wait) in waits where watching && wait.isForMainQueue && !wait.blockedReported {
+    for (thread, wait) in waits where watching && !wait.blockedReported {
       guard case .flight(let key) = wait.object, let flight = flights[key],
-        flight.runner?.thread != thread  // a hop running on the waiting thread itself
+        flight.policy == .mainQueue
       else { continue }
       var deadline = wait.nextCheck
       if deadline <= now {
@@ -157,20 +157,12 @@ extension Registry {
       case .runner(let thread), .mainQueue(let thread): thread
       case .nobody, .unknown: nil
       }
-    // The holder's own wait, unless it is for the flight the holder runs itself (after
-    // `dispatchMain()` a hop runs on the thread that sent it, whose wait stays recorded).
-    let holderWait = holderThread.flatMap { holder in
-      waits[holder].flatMap { wait -> BlockedWait? in
-        if case .flight(let key) = wait.object, flights[key]?.runner?.thread == holder {
-          return nil
-        }
-        return wait
-      }
-    }
     return Stall(
       waiter: thread, wait: wait, isRecheck: wait.stallReported, label: flight.cell.label,
       holder: holder,
-      holderWait: holderWait.map { ($0, DeadlockReport.describe($0.object, labels: labels)) })
+      holderWait: holderThread.flatMap { waits[$0] }.map {
+        ($0, DeadlockReport.describe($0.object, labels: labels))
+      })
   }
 }
 

@@ -27,6 +27,8 @@ struct Runner {
 /// path): the registry's lock already makes every access exclusive.
 final class Flight {
   let cell: OnceCell
+  /// Where the cell's initializers run: a cell is only ever used with one policy.
+  let policy: OnceEngine.Policy
   @exclusivity(unchecked) var runner: Runner?
   /// Hops to the main queue that have been sent and have not started.
   @exclusivity(unchecked) var pendingHops = 0
@@ -34,8 +36,9 @@ final class Flight {
   /// Set when an initializer has succeeded and the cell is done.
   @exclusivity(unchecked) var isFinished = false
 
-  init(cell: OnceCell) {
+  init(cell: OnceCell, policy: OnceEngine.Policy) {
     self.cell = cell
+    self.policy = policy
   }
 }
 

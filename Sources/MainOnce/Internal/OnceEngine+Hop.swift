@@ -14,8 +14,8 @@ extension OnceEngine {
   /// How a synchronous hop found the flight.
   private enum HopStart {
     case run(Flight)
-    /// With the caller's wait, which ended.
-    case done(ended: BlockedWait?)
+    /// The cell was finished before the hop ran.
+    case done
     /// Already running on this thread: the hop was served by a nested run loop.
     case busy
   }
@@ -41,9 +41,9 @@ extension OnceEngine {
     let claimed = Registry.shared.withLock {
       registry -> (Claim, previous: BlockedWait?, cycle: DeadlockReport?)? in
       if cell.isDone { return nil }
-      let flight = registry.flight(for: cell)
+      let flight = registry.flight(for: cell, policy: .mainQueue)
       let (previous, cycle) = registry.beginWait(
-        for: cell, policy: .mainQueue, site: site, on: thread.id, detection: detection)
+        for: flight, site: site, on: thread.id, detection: detection)
       // A synchronous hop needs the main queue's owner to be readable: then this thread is
       // known not to hold the main queue, and `main.sync` cannot trap.
       guard flight.runner == nil && flight.pendingHops == 0 && QueueOwnership.isAvailable else {
@@ -70,10 +70,12 @@ extension OnceEngine {
   }
 
   /// Runs the caller's initializer in a synchronous hop to the main queue, then any attempts
-  /// queued behind it if it failed. After `dispatchMain()` the hop runs on the calling thread.
+  /// queued behind it if it failed.
   ///
   /// Used only where the main queue's owner can be read: then this thread is known not to hold
-  /// the main queue, and `main.sync` cannot trap.
+  /// the main queue, and `main.sync` cannot trap. After `dispatchMain()` the hop runs on the
+  /// calling thread, which is then not blocked: its wait ends as the hop starts, so that neither
+  /// the wait-for graph nor the watchdog sees a thread waiting for its own initializer.
   private static func hopAndRun<Failure: Error>(
     _ key: UnsafeRawPointer,
     site: CallSite,
@@ -86,60 +88,47 @@ extension OnceEngine {
     // non-escaping, non-`Sendable` initializer could not be captured. It runs in main context
     // either way.
     let mainQueue: DispatchQueue = .main
-    var outcome = HopOutcome.mustWait
-    mainQueue.sync {
-      outcome = runInHop(key, site: site, requester: requester, restoring: previous, body)
-    }
-    return outcome
-  }
-
-  /// The body of a synchronous hop, in main context.
-  private static func runInHop<Failure: Error>(
-    _ key: UnsafeRawPointer,
-    site: CallSite,
-    requester: ThreadID,
-    restoring previous: BlockedWait?,
-    _ body: () throws(Failure) -> UInt
-  ) -> HopOutcome {
-    let thread = ThreadRecord.current
-    Watchdog.noteMainQueueServed()
-    let start = Registry.shared.withLock { registry -> HopStart in
-      guard let flight = registry.flights[key] else {
-        return .done(ended: registry.endWait(on: requester, restoring: previous))
-      }
-      flight.pendingHops -= 1
-      if let runner = flight.runner {
-        guard runner.thread == thread.id else {
-          Diagnostics.internalInconsistency(
-            "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.cell.label)")
+    return mainQueue.sync { () -> HopOutcome in
+      let thread = ThreadRecord.current
+      let runsOnRequester = thread.id == requester
+      Watchdog.noteMainQueueServed()
+      let (start, ended) = Registry.shared.withLock { registry -> (HopStart, BlockedWait?) in
+        guard let flight = registry.flights[key] else {
+          return (.done, registry.endWait(on: requester, restoring: previous))
         }
-        return .busy
+        flight.pendingHops -= 1
+        if let runner = flight.runner {
+          guard runner.thread == thread.id else {
+            Diagnostics.internalInconsistency(
+              "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.cell.label)")
+          }
+          return (.busy, nil)
+        }
+        flight.runner = Runner(thread: thread.id, site: site)
+        return (
+          .run(flight),
+          runsOnRequester ? registry.endWait(on: requester, restoring: previous) : nil
+        )
       }
-      flight.runner = Runner(thread: thread.id, site: site)
-      return .run(flight)
-    }
-    let flight: Flight
-    switch start {
-    case .run(let running):
-      flight = running
-    case .done(let ended):
       Watchdog.reportEnd(of: ended, on: requester)
-      return .done
-    case .busy:
-      return .mustWait
+      let flight: Flight
+      switch start {
+      case .run(let running): flight = running
+      case .done: return .done
+      case .busy: return .mustWait
+      }
+      let result = invoke(body, on: thread)
+      let (deliveries, endedNow) = Registry.shared.withLock { registry in
+        (
+          registry.complete(flight, with: result, ranFor: nil, inHop: true),
+          runsOnRequester ? nil : registry.endWait(on: requester, restoring: previous)
+        )
+      }
+      deliveries.deliver()
+      Watchdog.reportEnd(of: endedNow, on: requester)
+      if !flight.isFinished { driveQueued(key, on: thread) }
+      return .ran(result)
     }
-    let result = invoke(body, on: thread)
-    let (deliveries, ended) = Registry.shared.withLock { registry in
-      let ended = registry.endWait(on: requester, restoring: previous)
-      return (
-        registry.complete(flight, with: result, ranFor: nil, policy: .mainQueue, inHop: true),
-        ended
-      )
-    }
-    deliveries.deliver()
-    Watchdog.reportEnd(of: ended, on: requester)
-    if !flight.isFinished { driveQueued(key, on: thread) }
-    return .ran(result)
   }
 
   /// Queues the caller's initializer in the flight, sends an asynchronous hop if none is on its
@@ -197,10 +186,6 @@ extension OnceEngine {
 
   /// Runs queued attempts for a cell in main context, in arrival order, until one succeeds or
   /// none is left: the body of an asynchronous hop.
-  ///
-  /// After `dispatchMain()`, `main.sync` runs a hop on the thread that sent it. That thread's
-  /// wait stays recorded meanwhile; the wait-for graph and the watchdog ignore a wait for a
-  /// flight its own thread runs.
   static func drive(_ key: UnsafeRawPointer) {
     Watchdog.noteMainQueueServed()
     driveQueued(key, on: ThreadRecord.current, isHopStart: true)
@@ -213,7 +198,7 @@ extension OnceEngine {
     while let (flight, waiter, result) = runNext(key, on: thread, isHopStart: isHopStart) {
       isHopStart = false
       let deliveries = Registry.shared.withLock { registry in
-        registry.complete(flight, with: result, ranFor: waiter, policy: .mainQueue, inHop: true)
+        registry.complete(flight, with: result, ranFor: waiter, inHop: true)
       }
       deliveries.deliver()
       if flight.isFinished { return }

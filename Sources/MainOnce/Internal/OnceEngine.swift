@@ -47,7 +47,7 @@ enum OnceEngine {
   static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
     Registry.shared.withLock { registry in
       if cell.isDone { return false }
-      let flight = registry.flight(for: cell)
+      let flight = registry.flight(for: cell, policy: .mainQueue)
       flight.waiters.append(waiter)
       if flight.runner == nil && flight.pendingHops == 0 {
         registry.scheduleHop(for: flight)
@@ -90,7 +90,7 @@ enum OnceEngine {
     let detection = DeadlockDetection.Snapshot.current
     let decision = Registry.shared.withLock { registry -> InPlaceDecision in
       if cell.isDone { return .done }
-      let flight = registry.flight(for: cell)
+      let flight = registry.flight(for: cell, policy: policy)
       guard let runner = flight.runner else {
         flight.runner = Runner(thread: thread.id, site: site)
         return .run(flight)
@@ -103,7 +103,7 @@ enum OnceEngine {
       let parking = thread.takeParking()
       flight.waiters.append(Waiter(site: site, thread: thread.id, attempt: nil, parking: parking))
       let (previous, cycle) = registry.beginWait(
-        for: cell, policy: policy, site: site, on: thread.id, detection: detection)
+        for: flight, site: site, on: thread.id, detection: detection)
       return .wait(parking, previous: previous, cycle)
     }
     switch decision {
@@ -125,7 +125,7 @@ enum OnceEngine {
     case .run(let flight):
       let result = invoke(body, on: thread)
       let deliveries = Registry.shared.withLock { registry in
-        registry.complete(flight, with: result, ranFor: nil, policy: policy)
+        registry.complete(flight, with: result, ranFor: nil)
       }
       deliveries.deliver()
       try rethrow(result, as: Failure.self)

@@ -15,9 +15,9 @@ struct Registry {
   /// The watchdog thread's state.
   var watchdog = WatchdogState()
 
-  mutating func flight(for cell: OnceCell) -> Flight {
+  mutating func flight(for cell: OnceCell, policy: OnceEngine.Policy) -> Flight {
     if let flight = flights[cell.key] { return flight }
-    let flight = Flight(cell: cell)
+    let flight = Flight(cell: cell, policy: policy)
     flights[cell.key] = flight
     return flight
   }
@@ -44,7 +44,6 @@ struct Registry {
     _ flight: Flight,
     with result: Result<UInt, any Error>,
     ranFor waiter: Waiter?,
-    policy: OnceEngine.Policy,
     inHop: Bool = false
   ) -> Deliveries {
     flight.runner = nil
@@ -67,7 +66,7 @@ struct Registry {
         flight.waiters.remove(at: index)
         deliveries.append(waiter, .ran(result))
       }
-      switch policy {
+      switch flight.policy {
       case .callingThread:
         for queued in flight.waiters { deliveries.append(queued, .retry) }
         flight.waiters.removeAll()
