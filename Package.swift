@@ -9,7 +9,12 @@ let package = Package(
     .executable(name: "MainOnceDemo", targets: ["MainOnceDemo"]),
   ],
   targets: [
-    .target(name: "MainOnce"),
+    .target(
+      name: "MainOnce",
+      // `@_staticExclusiveOnly`, as on the standard library's `Atomic` and `Mutex`: a token or
+      // lazy value cannot be declared with `var`, so no assignment can reset one.
+      swiftSettings: [.enableExperimentalFeature("StaticExclusiveOnly")]
+    ),
     .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
     // Side-by-side benchmarks: no product, so packages that depend on MainOnce never see them.
     .target(name: "CBenchmarkSupport", path: "Benchmarks/CBenchmarkSupport"),

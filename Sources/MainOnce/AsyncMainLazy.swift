@@ -1,5 +1,4 @@
 internal import Dispatch
-public import Synchronization
 
 /// A value built once on the main actor by an `async`, throwing builder, the first time it is
 /// awaited.
@@ -24,33 +23,37 @@ public import Synchronization
 /// Unlike ``MainLazy``, this is a class (its build outlives any one caller), so a `static let`
 /// of it costs a lazy-global check on access.
 ///
-/// This type cannot deadlock on the main queue: it never blocks a thread.
+/// This type cannot deadlock on the main queue: it never blocks a thread. A builder that
+/// awaits its own ``value`` could never finish; MainOnce stops the process with a message that
+/// names the declaration instead.
 public final class AsyncMainLazy<Value: Sendable>: Sendable {
-  /// Zero until built, then the address of the built value.
+  /// Zero until built, then the address of the built value. Written only by MainOnce.
   @usableFromInline
-  let _state = Atomic<UInt>(0)
+  let _storage = _OnceStorage()
 
   private let build: @MainActor @Sendable () async throws -> Value
-  private let building = Locked(BuildState())
-
-  private struct BuildState {
-    var isBuilding = false
-    var nextWaiter = 0
-    var waiters: [Int: UnsafeContinuation<Value, any Error>] = [:]
-    /// Waiters cancelled before they were registered.
-    var cancelledEarly: Set<Int> = []
-  }
+  private let declaration: CallSite
 
   /// Creates a lazily built value.
   ///
-  /// - Parameter build: Builds the value on the main actor. It runs once per successful build;
-  ///   after a failure, the next access runs it again.
-  public init(_ build: @escaping @MainActor @Sendable () async throws -> Value) {
+  /// - Parameters:
+  ///   - file: The file that declares the value, for diagnostics; leave the default.
+  ///   - line: The line that declares the value, for diagnostics; leave the default.
+  ///   - build: Builds the value on the main actor. It runs once per successful build; after a
+  ///     failure, the next access runs it again.
+  public init(
+    file: StaticString = #fileID,
+    line: UInt = #line,
+    _ build: @escaping @MainActor @Sendable () async throws -> Value
+  ) {
     self.build = build
+    declaration = CallSite(file: file, line: line)
   }
 
   deinit {
-    if let built = UnsafeMutablePointer<Value>(bitPattern: _state.load(ordering: .acquiring)) {
+    // A build holds `self` until it ends, so none is running. Its value may not have been
+    // published if every caller waiting for it was cancelled.
+    if let built = UnsafeMutablePointer<Value>(bitPattern: _storage.builtValue()) {
       built.deinitialize(count: 1)
       built.deallocate()
     }
@@ -63,7 +66,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   @inlinable
   public var value: Value {
     get async throws {
-      let address = _state.load(ordering: .acquiring)
+      let address = _storage.published
       if _fastPath(address != 0) {
         return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
       }
@@ -71,75 +74,102 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     }
   }
 
+  private var label: CellLabel {
+    .asyncLazy(typeName: String(describing: Value.self), declaration: declaration)
+  }
+
   @usableFromInline
   @inline(never)
   func _buildOrJoin() async throws -> Value {
-    let id = building.withLock { state in
-      defer { state.nextWaiter += 1 }
-      return state.nextWaiter
-    }
-    return try await withTaskCancellationHandler {
-      try await withUnsafeThrowingContinuation { continuation in
-        join(id, continuation)
+    // `self` is retained for the length of the call, and its storage with it.
+    let cell = _storage.cell(label: label)
+    // This is safe because the task reference is only compared, never used to reach the task,
+    // and this task is alive while it is compared: it is the caller's own.
+    let task = withUnsafeCurrentTask { $0 }
+    let waiter = Waiter(site: declaration, attempt: nil, delivery: .task(nil))
+    let resolution = await withTaskCancellationHandler {
+      await withUnsafeContinuation { continuation in
+        let (now, starts) = Registry.shared.withLock { registry -> (Resolution?, Flight?) in
+          // Cancelled before it got here: `withdraw` has resolved it already.
+          if let resolution = waiter.resolution { return (resolution, nil) }
+          guard let flight = cell.flight(policy: .mainActorTask) else { return (.done, nil) }
+          if let runner = flight.runner, runner.task != nil, runner.task == task {
+            Diagnostics.fail(
+              """
+              MainOnce: \(label) awaited its own value while building it: the builder cannot \
+              finish until that await returns. Don't await an AsyncMainLazy's value from inside \
+              its own builder.
+              """,
+              at: declaration)
+          }
+          waiter.delivery = .task(continuation)
+          registry.enqueue(waiter, in: flight)
+          guard flight.runner == nil, flight.hopSentAt == nil else { return (nil, nil) }
+          flight.hopSentAt = Platform.monotonicNanoseconds()
+          return (nil, flight)
+        }
+        if let now { continuation.resume(returning: now) }
+        if let starts { Task { @MainActor in await self.runBuild(for: starts) } }
       }
     } onCancel: {
-      let waiter = building.withLock { state in
-        guard let waiter = state.waiters.removeValue(forKey: id) else {
-          state.cancelledEarly.insert(id)
-          return UnsafeContinuation<Value, any Error>?.none
-        }
-        return waiter
-      }
-      waiter?.resume(throwing: CancellationError())
+      Registry.shared.withLock { $0.withdraw(waiter) }.deliver()
+    }
+    switch resolution {
+    case .done:
+      cell.settle()
+      return UnsafePointer<Value>(bitPattern: _storage.published).unsafelyUnwrapped.pointee
+    case .failed(let error):
+      throw error
+    case .cancelled:
+      throw CancellationError()
+    case .yourTurn:
+      Diagnostics.internalInconsistency("an AsyncMainLazy caller was handed a calling-thread run")
     }
   }
 
-  private enum JoinStep {
-    case resume(Value)
-    case cancel
-    case wait
-    case start
-  }
-
-  private func join(_ id: Int, _ continuation: UnsafeContinuation<Value, any Error>) {
-    let step = building.withLock { state -> JoinStep in
-      if state.cancelledEarly.remove(id) != nil { return .cancel }
-      let address = _state.load(ordering: .acquiring)
-      if address != 0 { return .resume(UnsafePointer<Value>(bitPattern: address)!.pointee) }
-      state.waiters[id] = continuation
-      if state.isBuilding { return .wait }
-      state.isBuilding = true
-      return .start
-    }
-    switch step {
-    case .resume(let value): continuation.resume(returning: value)
-    case .cancel: continuation.resume(throwing: CancellationError())
-    case .wait: break
-    case .start: Task { @MainActor in self.finish(await self.runBuild()) }
-    }
-  }
-
+  /// Runs the builder and hands its outcome to every caller waiting for it.
   @MainActor
-  private func runBuild() async -> Result<Value, any Error> {
+  private func runBuild(for flight: Flight) async {
+    Watchdog.noteMainQueueServed()
+    // This is safe because the reference is kept in the runner only while this task builds
+    // (`finishBuild` clears it, on this task), and it is only compared with callers' tasks.
+    let task = withUnsafeCurrentTask { $0 }
+    let thread = ThreadRecord.current.id
+    Registry.shared.withLock { _ in
+      flight.hopSentAt = nil
+      flight.runner = Runner(thread: thread, site: declaration, task: task)
+    }
+    let result: Result<UInt, any Error>
     do {
-      return .success(try await build())
-    } catch {
-      return .failure(error)
-    }
-  }
-
-  /// Publishes a built value and resumes every waiter, or hands every waiter the error.
-  private func finish(_ result: Result<Value, any Error>) {
-    let waiters = building.withLock { state in
-      if case .success(let value) = result {
-        let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-        built.initialize(to: value)
-        _state.store(UInt(bitPattern: built), ordering: .releasing)
+      let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
+      do {
+        built.initialize(to: try await build())
+      } catch {
+        built.deallocate()
+        throw error
       }
-      state.isBuilding = false
-      defer { state.waiters.removeAll() }
-      return state.waiters.values
+      result = .success(UInt(bitPattern: built))
+    } catch {
+      result = .failure(error)
     }
-    for waiter in waiters { waiter.resume(with: result) }
+    Registry.shared.withLock { registry in registry.finishBuild(flight, with: result) }.deliver()
+  }
+}
+
+extension Registry {
+  /// Records the end of an `AsyncMainLazy` build: every waiting caller gets its outcome.
+  mutating func finishBuild(_ flight: Flight, with result: Result<UInt, any Error>) -> Deliveries {
+    var deliveries = Deliveries()
+    flight.runner = nil
+    switch result {
+    case .success(let value):
+      flight.outcome = value
+      for waiter in flight.queue { deliveries.resolve(waiter, .done) }
+    case .failure(let error):
+      for waiter in flight.queue { deliveries.resolve(waiter, .failed(error)) }
+    }
+    flight.queue.removeAll()
+    retireIfIdle(flight)
+    return deliveries
   }
 }

@@ -42,7 +42,7 @@ public enum MainContext {
     case .thread(let owner): return owner == thread.id
     case .nobody: return false
     case .unknown:
-      return thread.initializerDepth > 0 || thread.isMainThread
+      return thread.mainContextDepth > 0 || thread.isMainThread
         || DispatchQueue.getSpecific(key: mainQueueKey) != nil
     }
   }

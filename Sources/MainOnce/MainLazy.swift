@@ -1,5 +1,3 @@
-public import Synchronization
-
 /// A value built once, in main context, the first time it is read.
 ///
 /// Use it for "lazy singleton stacks": objects that must be created on the main queue (they
@@ -26,10 +24,11 @@ public import Synchronization
 ///   it, and deadlocks if the main queue is waiting for the reading thread; see
 ///   ``onceOnMain(token:file:line:_:)``. Reading `value` inside its own builder stops the
 ///   process with a message.
+@_staticExclusiveOnly
 public struct MainLazy<Value>: ~Copyable {
   /// Zero until built, then the address of the built value. Written only by MainOnce.
   @usableFromInline
-  let _state: Atomic<UInt>
+  let _storage: _OnceStorage
 
   @usableFromInline
   let build: @MainActor @Sendable () -> Value
@@ -49,13 +48,13 @@ public struct MainLazy<Value>: ~Copyable {
     line: UInt = #line,
     _ build: @escaping @MainActor @Sendable () -> Value
   ) {
-    _state = Atomic(0)
+    _storage = _OnceStorage()
     self.build = build
     declaration = CallSite(file: file, line: line)
   }
 
   deinit {
-    if let built = UnsafeMutablePointer<Value>(bitPattern: _state.load(ordering: .acquiring)) {
+    if let built = UnsafeMutablePointer<Value>(bitPattern: _storage.builtValue()) {
       built.deinitialize(count: 1)
       built.deallocate()
     }
@@ -65,7 +64,7 @@ public struct MainLazy<Value>: ~Copyable {
   @inlinable
   @inline(__always)
   var _builtValue: Value {
-    let address = _state.load(ordering: .acquiring)
+    let address = _storage.published
     if _fastPath(address != 0) {
       return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
     }
@@ -75,13 +74,11 @@ public struct MainLazy<Value>: ~Copyable {
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
   func build(site: CallSite) {
     let label = CellLabel.lazy(typeName: String(describing: Value.self), declaration: declaration)
-    withUnsafePointer(to: _state) { state in
-      OnceEngine.run(OnceCell(state: state, label: label), policy: .mainQueue, site: site) {
-        MainActor.runIsolated { [build] in
-          let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-          built.initialize(to: build())
-          return UInt(bitPattern: built)
-        }
+    OnceEngine.run(_storage.cell(label: label), policy: .mainQueue, site: site) {
+      MainActor.runIsolated { [build] in
+        let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
+        built.initialize(to: build())
+        return UInt(bitPattern: built)
       }
     }
   }
@@ -93,7 +90,7 @@ public struct MainLazy<Value>: ~Copyable {
 @inline(never)
 func _mainLazyBuildSlowPath<Value>(_ lazy: borrowing MainLazy<Value>) -> UnsafePointer<Value> {
   lazy.build(site: lazy.declaration)
-  return UnsafePointer(bitPattern: lazy._state.load(ordering: .acquiring)).unsafelyUnwrapped
+  return UnsafePointer(bitPattern: lazy._storage.published).unsafelyUnwrapped
 }
 
 extension MainLazy where Value: Sendable {

@@ -1,10 +1,7 @@
-public import Synchronization
-
 /// A flag that lets ``onceOnMain(token:file:line:_:)`` run an initializer exactly once.
 ///
-/// Declare a token as a `static let` or a global `let`, next to the state it guards (the forms
-/// that do not block keep using its address until the initialization has finished, so it must
-/// live that long):
+/// Declare a token as a `static let`, a global `let`, or a `let` property of the object whose
+/// setup it guards:
 ///
 /// ```swift
 /// enum AudioEngine {
@@ -13,19 +10,27 @@ public import Synchronization
 /// ```
 ///
 /// A token starts out fresh and becomes *done* when an initializer run for it returns normally.
-/// Nothing makes a done token fresh again: there is no reset, and no way to mark a token done
-/// without running an initializer. If an initializer throws, the token stays fresh.
+/// Nothing makes a done token fresh again: there is no reset, and a token cannot be declared
+/// with `var` (that would let an assignment replace a done token with a fresh one; the compiler
+/// rejects it). If an initializer throws, the token stays fresh.
 ///
-/// A token is statically initialized: it holds one machine word, zero until it is done, and
-/// reading it is one load, with no lazy-global check (a class in a `static let` costs a
-/// `swift_once` call on every access on Linux; this struct does not).
+/// A token may go away while an initialization that does not block is still in flight, for
+/// example when the object that holds it is released before the completion handler of
+/// ``onceOnMain(token:completionQueue:file:line:_:completion:)-60dt3`` has run. The
+/// initialization goes on, and every waiting caller and completion handler still gets its
+/// answer; MainOnce never writes to a token after a caller stops borrowing it.
+///
+/// A token is statically initialized: its state word is zero until it is done, and reading it
+/// is one load, with no lazy-global check (a class in a `static let` costs a `swift_once` call
+/// on every access on Linux; this struct does not). Besides the state word it holds a second
+/// word for calls in progress, and its name and declaration for diagnostics.
 ///
 /// The optional name and the place of declaration appear in MainOnce's diagnostics:
 /// `token "audio setup" (Audio/Engine.swift:12)`.
+@_staticExclusiveOnly
 public struct MainOnceToken: ~Copyable, Sendable {
-  /// Zero while fresh; non-zero once an initializer has returned. Written only by MainOnce.
   @usableFromInline
-  let _state: Atomic<UInt>
+  let _storage: _OnceStorage
 
   @usableFromInline
   let name: StaticString
@@ -41,25 +46,21 @@ public struct MainOnceToken: ~Copyable, Sendable {
   ///   - line: The line that declares the token; leave the default.
   @inlinable
   public init(_ name: StaticString = "", file: StaticString = #fileID, line: UInt = #line) {
-    _state = Atomic(0)
+    _storage = _OnceStorage()
     self.name = name
     declaration = CallSite(file: file, line: line)
   }
 
-  /// Whether an initializer has run to completion for this token: one acquiring load.
+  /// Whether an initializer has run to completion for this token and been published: one
+  /// acquiring load.
   @inlinable
   @inline(__always)
   var _isDone: Bool {
-    _state.load(ordering: .acquiring) != 0
+    _storage.isPublished
   }
 
-  /// Calls `body` with the token's cell: its state word's address and its label.
-  func withCell<Result, Failure: Error>(
-    _ body: (OnceCell) throws(Failure) -> Result
-  ) throws(Failure) -> Result {
-    let label = CellLabel.token(name: name, declaration: declaration)
-    return try withUnsafePointer(to: _state) { (state) throws(Failure) in
-      try body(OnceCell(state: state, label: label))
-    }
+  /// The token's cell, to use only while the token is borrowed.
+  var cell: Cell {
+    _storage.cell(label: .token(name: name, declaration: declaration))
   }
 }

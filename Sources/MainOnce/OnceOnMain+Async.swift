@@ -59,36 +59,26 @@ func _onceOnMainAsyncSlowPath(
   _ site: CallSite,
   _ initializer: @escaping @MainActor @Sendable () throws -> Void
 ) async throws {
-  let cell = token.escapingCell()
+  // The token stays borrowed until this returns, also while suspended; nothing that outlives
+  // the call gets the cell.
+  let cell = token.cell
   if MainContext.isCurrent {
     return try OnceEngine.run(cell, policy: .mainQueue, site: site) {
       try MainActor.runIsolated(initializer)
       return 1
     }
   }
-  let resolution = await OnceEngine.suspend(for: cell, site: site) {
+  let resolution = await OnceEngine.suspend(cell, site: site) {
     Result { try MainActor.runIsolated(initializer) }.map { 1 }
   }
   switch resolution {
-  case .done, .ran(.success):
-    return
-  case .ran(.failure(let error)):
+  case .done:
+    cell.settle()
+  case .failed(let error):
     throw error
   case .cancelled:
     throw CancellationError()
-  case .retry:
-    Diagnostics.internalInconsistency("an async waiter was asked to retry")
-  }
-}
-
-extension MainOnceToken {
-  /// The token's cell, for a call that outlives `withUnsafePointer`: one that suspends, or that
-  /// queues a completion.
-  ///
-  /// The address outlives `withUnsafePointer`'s closure. This is safe because `Atomic` has raw
-  /// layout and is never copied or moved while borrowed: the address is the token's own
-  /// storage, which the caller keeps alive for the whole call it borrowed the token for.
-  func escapingCell() -> OnceCell {
-    withCell { $0 }
+  case .yourTurn:
+    Diagnostics.internalInconsistency("an async caller was handed a calling-thread run")
   }
 }

@@ -76,18 +76,18 @@ public func onceOnMain<Failure: Error>(
         $0
       }
     },
-    resolvesInOrder: true,
-    onResolution: { resolution in
+    delivery: .handler { resolution in
       let outcome: Result<Void, Failure> =
         switch resolution {
-        case .ran(.failure(let error)): .failure(error as! Failure)
-        case .done, .ran(.success): .success(())
-        case .retry, .cancelled:
-          Diagnostics.internalInconsistency("a completion waiter was asked to retry or cancelled")
+        case .failed(let error): .failure(error as! Failure)
+        case .done: .success(())
+        case .yourTurn, .cancelled:
+          Diagnostics.internalInconsistency(
+            "a completion-form caller was resolved with \(resolution)")
         }
       completionQueue.async { completion(outcome) }
     })
-  if !OnceEngine.enqueue(waiter, for: token.escapingCell()) {
+  if !OnceEngine.enqueue(waiter, for: token.cell) {
     completionQueue.async { completion(.success(())) }
   }
 }

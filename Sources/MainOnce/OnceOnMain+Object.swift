@@ -87,12 +87,13 @@ private func runOncePerObject<Failure: Error>(
   _ site: CallSite,
   _ body: () throws(Failure) -> Void
 ) throws(Failure) {
-  let cell = ObjectCells.cell(for: object, at: site)
-  if cell.isDone { return }
+  let box = ObjectCells.box(for: object, at: site, operation: operation)
+  if box.storage.isPublished { return }
   let label = CellLabel.object(
     typeName: String(describing: type(of: object)), site: site, operation: operation)
-  try cell.withCell(label: label) { (cell) throws(Failure) in
-    try OnceEngine.run(cell, policy: policy, site: site) { () throws(Failure) -> UInt in
+  try withExtendedLifetime(box) { () throws(Failure) in
+    try OnceEngine.run(box.storage.cell(label: label), policy: policy, site: site) {
+      () throws(Failure) -> UInt in
       try body()
       return 1
     }

@@ -73,10 +73,8 @@ func _onceOnMainSlowPath<Failure: Error>(
   _ site: CallSite,
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) {
-  try token.withCell { (cell) throws(Failure) in
-    try OnceEngine.run(cell, policy: .mainQueue, site: site) { () throws(Failure) -> UInt in
-      try MainActor.runIsolated(initializer)
-      return 1
-    }
+  try OnceEngine.run(token.cell, policy: .mainQueue, site: site) { () throws(Failure) -> UInt in
+    try MainActor.runIsolated(initializer)
+    return 1
   }
 }

@@ -34,8 +34,8 @@ enum DeadlockScenario: String, CaseIterable {
   case idleEventLoop
   /// A main-queue block computes for 1.5 s, then blocks in a raw semaphore wait for 5 s.
   case busyThenBlocked
-  /// An initializer sleeps 1.8 s in a hop that runs on its caller's thread while another
-  /// thread waits for it; a `runOnce(for:)` body does the same beside it.
+  /// An initializer sleeps 1.8 s while its caller and another thread wait for it; a
+  /// `runOnce(for:)` body does the same beside it.
   case slowInitializer
   /// `rawSemaphore` with an abort policy, a 300 ms stall timeout and a report handler, all set
   /// in code.
@@ -134,7 +134,6 @@ enum DeadlockScenario: String, CaseIterable {
         _ = never.wait(timeout: .now() + 5)
       }
     case .slowInitializer:
-      // After dispatchMain(), this thread's hop runs on the thread itself.
       Thread { onceOnMain(token: Tokens.token) { usleep(1_800_000) } }.start()
       let object = Owner()
       Thread { runOnceSlowly(for: object) }.start()

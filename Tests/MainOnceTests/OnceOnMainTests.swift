@@ -179,10 +179,11 @@ struct OnceOnMainTests {
   }
 }
 
-/// How many callers are queued for the cell whose label contains `text`.
+/// How many callers wait, queued behind the running initializer, for the cell whose label
+/// contains `text`.
 func waitingCallers(labelContaining text: String) -> Int {
   Registry.shared.withLock { registry in
-    registry.flights.values.first { $0.cell.label.description.contains(text) }?.waiters.count
-      ?? 0
+    registry.activeFlights.values.first { $0.label.description.contains(text) }?.queue
+      .filter { !$0.isRunning }.count ?? 0
   }
 }

@@ -144,7 +144,7 @@ public enum DeadlockDetection {
         wait, on: thread, checkingCycles: response != .ignore)
       return (
         previous,
-        cycle.map { DeadlockReport.cycle($0, labels: registry.labels, stops: response == .abort) }
+        cycle.map { DeadlockReport.cycle($0, stops: response == .abort) }
       )
     }
     cycle?.deliver(at: wait.site)

@@ -31,14 +31,12 @@ public struct DeadlockReport: Sendable, CustomStringConvertible {
 
 extension DeadlockReport {
   /// Builds the report for a wait that would close `cycle`.
-  static func cycle(_ cycle: [CycleEdge], labels: [UnsafeRawPointer: CellLabel], stops: Bool)
-    -> DeadlockReport
-  {
+  static func cycle(_ cycle: [CycleEdge], stops: Bool) -> DeadlockReport {
     var lines = ["MainOnce: deadlock detected"]
     for edge in cycle {
       let holder = edge.wait.holdsMainQueue ? " (holds the main queue)" : ""
       lines.append(
-        "  \(edge.waiter)\(holder) waits for \(describe(edge.wait.object, labels: labels))"
+        "  \(edge.waiter)\(holder) waits for \(describe(edge.wait.object))"
           + " in \(edge.wait.call);"
           + " blocked by \(edge.blocker.thread)\(edge.blocker.reason)")
     }
@@ -50,10 +48,10 @@ extension DeadlockReport {
   }
 
   /// Describes what a wait is for, as the object of "waits for …".
-  static func describe(_ object: WaitObject, labels: [UnsafeRawPointer: CellLabel]) -> String {
+  static func describe(_ object: WaitObject) -> String {
     switch object {
-    case .flight(let key):
-      "the initializer of \(labels[key].map { "\($0)" } ?? "a finished cell")"
+    case .flight(let flight):
+      "the initializer of \(flight.label)"
     case .target(let target):
       "\(target)"
     }

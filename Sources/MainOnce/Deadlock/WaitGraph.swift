@@ -1,7 +1,7 @@
 /// What a blocked thread waits for.
 enum WaitObject {
   /// A cell's initializer: running on some thread, or to be run by a hop to the main queue.
-  case flight(UnsafeRawPointer)
+  case flight(Flight)
   /// A thread, queue or unit of work named by a tracked wait.
   case target(WaitTarget)
 }
@@ -76,10 +76,9 @@ extension Registry {
     for flight: Flight, site: CallSite, on thread: ThreadID,
     detection: DeadlockDetection.Snapshot
   ) -> (previous: BlockedWait?, cycle: DeadlockReport?) {
-    let cell = flight.cell
     var wait = BlockedWait(
-      object: .flight(cell.key), operation: cell.label.operation, site: site,
-      siteIsCaller: cell.label.hasCallSites, holdsMainQueue: false)
+      object: .flight(flight), operation: flight.label.operation, site: site,
+      siteIsCaller: flight.label.hasCallSites, holdsMainQueue: false)
     wait.nextCheck = wait.since + detection.stallTimeoutNanoseconds
     let (previous, cycle) = beginWait(
       wait, on: thread, checkingCycles: detection.cycleResponse != .ignore)
@@ -88,9 +87,7 @@ extension Registry {
     }
     return (
       previous,
-      cycle.map {
-        DeadlockReport.cycle($0, labels: labels, stops: detection.cycleResponse == .abort)
-      }
+      cycle.map { DeadlockReport.cycle($0, stops: detection.cycleResponse == .abort) }
     )
   }
 
@@ -100,11 +97,6 @@ extension Registry {
       return waits.updateValue(previous, forKey: thread)
     }
     return waits.removeValue(forKey: thread)
-  }
-
-  /// The labels of the cells in flight, for reports.
-  var labels: [UnsafeRawPointer: CellLabel] {
-    flights.mapValues(\.cell.label)
   }
 
   mutating func beginPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
@@ -162,15 +154,12 @@ extension Registry {
     _ body: (Blocker) -> Bool
   ) {
     switch wait.object {
-    case .flight(let key):
-      guard let flight = flights[key] else { return }
+    case .flight(let flight):
       if let runner = flight.runner {
-        // A hop that runs on the thread that sent it ends that thread's wait (see `hopAndRun`).
-        assert(runner.thread != waiter, "\(waiter) is recorded as waiting for its own initializer")
         _ = body(Blocker(thread: runner.thread, reason: ", which runs it"))
-        return
+      } else if flight.policy == .mainQueue && flight.outcome == nil {
+        forEachMainQueueHolder(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue, body)
       }
-      forEachMainQueueHolder(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue, body)
     case .target(let target):
       switch target.kind {
       case .thread(let thread):

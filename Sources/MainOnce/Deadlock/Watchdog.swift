@@ -107,8 +107,8 @@ extension Registry {
     var stalls: [Stall] = []
     var nextDeadline: UInt64?
     for (thread, wait) in waits where watching && !wait.blockedReported {
-      guard case .flight(let key) = wait.object, let flight = flights[key],
-        flight.policy == .mainQueue
+      guard case .flight(let flight) = wait.object, flight.policy == .mainQueue,
+        flight.outcome == nil
       else { continue }
       var deadline = wait.nextCheck
       if deadline <= now {
@@ -158,10 +158,10 @@ extension Registry {
       case .nobody, .unknown: nil
       }
     return Stall(
-      waiter: thread, wait: wait, isRecheck: wait.stallReported, label: flight.cell.label,
+      waiter: thread, wait: wait, isRecheck: wait.stallReported, label: flight.label,
       holder: holder,
       holderWait: holderThread.flatMap { waits[$0] }.map {
-        ($0, DeadlockReport.describe($0.object, labels: labels))
+        ($0, DeadlockReport.describe($0.object))
       })
   }
 }

@@ -1,133 +1,181 @@
 internal import Dispatch
+internal import Synchronization
 
 /// A caller's initializer, type-erased. It returns the value to publish in the cell (non-zero).
 typealias Attempt = () -> Result<UInt, any Error>
 
-/// How a waiter's wait ended.
-enum Resolution {
-  /// Another caller's initializer succeeded.
-  case done
-  /// This waiter's own initializer ran, with this result.
-  case ran(Result<UInt, any Error>)
-  /// Another caller's initializer failed; try again (calling-thread policy).
-  case retry
-  /// The waiter was withdrawn before its initializer started.
-  case cancelled
+/// The record of the calls in progress for one cell that is not done: who runs an initializer,
+/// who waits, and whether a hop to the main queue is on its way. Everything here is guarded by
+/// ``Registry/shared``'s lock.
+///
+/// A flight is its cell's identity while calls are in progress. The cell's storage retains it
+/// (see ``_OnceStorage``), and so does everything that refers to the cell from outside a
+/// caller's borrow: a hop, a waiter, a wait-for edge. An object cannot be reallocated while it
+/// is retained, so a hop or waiter left over from one cell can never act on another cell that
+/// happens to reuse the storage's address: it finds its own flight, finished or idle.
+///
+/// A flight knows nothing of the storage. It never writes to it: callers that borrow the
+/// storage publish ``outcome`` into it (see ``Cell/settle()``).
+final class Flight: @unchecked Sendable {
+  // This is safe because every variable is read and written only under the registry's lock,
+  // which also makes their accesses exclusive, so they skip the dynamic check (about 20 ns an
+  // access on this slow path).
+
+  let label: CellLabel
+  /// Where initializers run; a cell is only ever used with one policy.
+  let policy: OnceEngine.Policy
+
+  /// The value of the initializer that succeeded; `nil` until one has. Once set, the flight is
+  /// finished: its queue is empty and it never runs anything again.
+  @exclusivity(unchecked) var outcome: UInt?
+
+  /// The thread running an initializer for this cell, or, under the main-queue policy, the
+  /// thread in main context that runs queued initializers one after another.
+  @exclusivity(unchecked) var runner: Runner?
+
+  /// Callers waiting for the cell, in arrival order. Under the main-queue policy, each brought
+  /// an initializer (its ``Waiter/attempt``), and the runner tries them in this order.
+  @exclusivity(unchecked) var queue: [Waiter] = []
+
+  /// When the hop on its way to the main queue was sent; `nil` when none is on its way. Under
+  /// the main-queue policy, a flight with queued callers always has a runner or a hop on its
+  /// way (see ``OnceEngine/sendHopIfNeeded(_:)``).
+  @exclusivity(unchecked) var hopSentAt: UInt64?
+
+  init(label: CellLabel, policy: OnceEngine.Policy) {
+    self.label = label
+    self.policy = policy
+  }
+
+  /// Takes `waiter` out of the queue, if it is in it.
+  func dequeue(_ waiter: Waiter) {
+    if let index = queue.firstIndex(where: { $0 === waiter }) { queue.remove(at: index) }
+  }
+
+  // MARK: - Retained by the storage
+
+  /// The flight attached to `storage`, if any. Call under the lock.
+  static func attached(to storage: UnsafePointer<_OnceStorage>) -> Flight? {
+    let raw = storage.pointee.flight.load(ordering: .relaxed)
+    guard let pointer = UnsafeRawPointer(bitPattern: raw) else { return nil }
+    return Unmanaged<Flight>.fromOpaque(pointer).takeUnretainedValue()
+  }
+
+  /// A +1 reference for the storage to hold.
+  func retainedForStorage() -> UInt {
+    UInt(bitPattern: Unmanaged.passRetained(self).toOpaque())
+  }
+
+  /// Gives back the storage's reference.
+  func releaseFromStorage() {
+    Unmanaged.passUnretained(self).release()
+  }
+
+  /// Gives back the reference a storage held at its end, if it held one.
+  static func releaseAttached(_ raw: UInt) {
+    guard let pointer = UnsafeRawPointer(bitPattern: raw) else { return }
+    Unmanaged<Flight>.fromOpaque(pointer).release()
+  }
 }
 
-/// The thread running a cell's initializer and the call it came from.
+/// The thread running a cell's initializer and the call that initializer came from.
 struct Runner {
   let thread: ThreadID
   let site: CallSite
+  /// The task running an `AsyncMainLazy` build; `nil` for the initializers of the other forms,
+  /// which run on `thread` until they return.
+  var task: UnsafeCurrentTask? = nil
+  let since: UInt64 = Platform.monotonicNanoseconds()
 }
 
-/// The state of a cell with calls in progress. Guarded by ``Registry/shared``.
-///
-/// Its variables skip Swift's dynamic exclusivity checks (about 20 ns an access on this slow
-/// path): the registry's lock already makes every access exclusive.
-final class Flight {
-  let cell: OnceCell
-  /// Where the cell's initializers run: a cell is only ever used with one policy.
-  let policy: OnceEngine.Policy
-  @exclusivity(unchecked) var runner: Runner?
-  /// Hops to the main queue that have been sent and have not started.
-  @exclusivity(unchecked) var pendingHops = 0
-  @exclusivity(unchecked) var waiters: [Waiter] = []
-  /// Set when an initializer has succeeded and the cell is done.
-  @exclusivity(unchecked) var isFinished = false
-
-  init(cell: OnceCell, policy: OnceEngine.Policy) {
-    self.cell = cell
-    self.policy = policy
-  }
+/// How a caller's wait ended.
+enum Resolution {
+  /// An initializer for the cell succeeded: this caller's, or another's.
+  case done
+  /// This caller's own initializer ran and threw this error.
+  case failed(any Error)
+  /// Calling-thread policy: the initializer that ran failed, and this caller runs its own next.
+  /// It is the flight's runner already.
+  case yourTurn
+  /// An async caller whose task was cancelled before its initializer started.
+  case cancelled
 }
 
-/// A caller waiting for a cell, with the initializer it brought.
+/// One caller waiting for a cell, with the initializer it brought and how to tell it the end.
 final class Waiter: @unchecked Sendable {
-  // This is safe because `attempt` is only read and written under ``Registry/shared``'s lock,
-  // and the other stored properties never change. The lock also makes `attempt`'s accesses
-  // exclusive, so it skips the dynamic check.
-  let site: CallSite
-  /// The blocked thread, for the wait-for graph; `nil` for async and completion callers.
-  let thread: ThreadID?
-  /// The initializer; `nil` once taken to run, or once the waiter is resolved.
-  @exclusivity(unchecked) var attempt: Attempt?
-  /// Whether resolving this waiter only enqueues work (a completion handler), so that it can be
-  /// resolved under the lock, before the cell is published: then handlers keep arrival order
-  /// with callers that find the cell done and enqueue theirs directly.
-  let resolvesInOrder: Bool
-  private let parking: Parking?
-  private let onResolution: (@Sendable (Resolution) -> Void)?
+  // This is safe because the variables are only read and written under the registry's lock,
+  // except `resolution`, which is written once under the lock before the waiter is told and
+  // read by its caller after being told (the lock or the parking's semaphore orders the two).
 
-  /// A thread that blocks in `parking` until resolved.
-  init(site: CallSite, thread: ThreadID, attempt: Attempt?, parking: Parking) {
+  /// How a waiter learns its resolution.
+  enum Delivery {
+    /// A thread blocked in `parking`.
+    case parked(Parking)
+    /// A suspended task; `nil` until the task has suspended.
+    case task(UnsafeContinuation<Resolution, Never>?)
+    /// A completion-form call: the closure submits its handler to its queue. It is called under
+    /// the lock, so that handlers keep the order of the calls.
+    case handler(@Sendable (Resolution) -> Void)
+    /// The caller itself runs the flight (in main context, or as the calling-thread runner) and
+    /// reads ``resolution`` when it is done.
+    case inPlace
+  }
+
+  let site: CallSite
+  /// The blocked thread, for a caller that blocks; `nil` for tasks and completion handlers.
+  let thread: ThreadID?
+  /// The caller's initializer; `nil` once taken to run, or once the waiter is resolved.
+  @exclusivity(unchecked) var attempt: Attempt?
+  /// Set while the caller's initializer runs: from then on the caller waits for its result.
+  @exclusivity(unchecked) var isRunning = false
+  @exclusivity(unchecked) var delivery: Delivery
+  /// The flight the waiter is queued in; `nil` before it is queued and once it is resolved.
+  @exclusivity(unchecked) var flight: Flight?
+  @exclusivity(unchecked) var resolution: Resolution?
+
+  init(site: CallSite, thread: ThreadID? = nil, attempt: Attempt?, delivery: Delivery) {
     self.site = site
     self.thread = thread
     self.attempt = attempt
-    resolvesInOrder = false
-    self.parking = parking
-    onResolution = nil
+    self.delivery = delivery
+  }
+}
+
+/// Resolutions decided under the lock, delivered after it is released.
+struct Deliveries {
+  private var woken: [Waiter] = []
+
+  /// Resolves `waiter`. Under the lock: from here on nothing runs its initializer, and a
+  /// completion handler is submitted right away, in order.
+  mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
+    waiter.attempt = nil
+    waiter.isRunning = false
+    waiter.flight = nil
+    waiter.resolution = resolution
+    switch waiter.delivery {
+    case .handler(let submit): submit(resolution)
+    case .inPlace: break
+    case .parked, .task: woken.append(waiter)
+    }
   }
 
-  /// An async or completion caller, resumed by `onResolution`.
-  init(
-    site: CallSite, attempt: @escaping Attempt, resolvesInOrder: Bool,
-    onResolution: @escaping @Sendable (Resolution) -> Void
-  ) {
-    self.site = site
-    thread = nil
-    self.attempt = attempt
-    self.resolvesInOrder = resolvesInOrder
-    parking = nil
-    self.onResolution = onResolution
-  }
-
-  func resolve(_ resolution: Resolution) {
-    if let parking {
-      parking.resolve(resolution)
-    } else {
-      onResolution?(resolution)
+  /// Wakes the blocked threads and resumes the tasks. After the lock is released.
+  func deliver() {
+    for waiter in woken {
+      switch waiter.delivery {
+      case .parked(let parking): parking.signal()
+      case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
+      case .handler, .inPlace: break
+      }
     }
   }
 }
 
 /// Where a blocked caller sleeps until its waiter is resolved. Each thread keeps one to reuse
-/// (see ``ThreadRecord/takeParking()``): every use is one `resolve` and one `wait`.
-final class Parking: @unchecked Sendable {
-  // This is safe because `resolution` is written once before `signal()` and read after `wait()`;
-  // the semaphore orders the two, which also makes the accesses exclusive.
+/// (see ``ThreadRecord/takeParking()``): every use is one `signal` and one `wait`.
+final class Parking: Sendable {
   private let semaphore = DispatchSemaphore(value: 0)
-  @exclusivity(unchecked) private var resolution: Resolution?
 
-  func resolve(_ resolution: Resolution) {
-    self.resolution = resolution
-    semaphore.signal()
-  }
-
-  func wait() -> Resolution {
-    semaphore.wait()
-    defer { resolution = nil }
-    return resolution!
-  }
-}
-
-/// Resolutions collected under the lock and delivered after it is released.
-struct Deliveries {
-  private var items: [(Waiter, Resolution)] = []
-
-  mutating func append(_ waiter: Waiter, _ resolution: Resolution) {
-    waiter.attempt = nil
-    items.append((waiter, resolution))
-  }
-
-  func deliver() {
-    for (waiter, resolution) in items { waiter.resolve(resolution) }
-  }
-}
-
-/// A cell address, sent to the main queue. This is safe because the address is only used as a
-/// dictionary key and to reach the cell while its flight, which keeps a caller waiting, exists.
-struct SendableKey: @unchecked Sendable {
-  let key: UnsafeRawPointer
-  init(_ key: UnsafeRawPointer) { self.key = key }
+  func signal() { semaphore.signal() }
+  func wait() { semaphore.wait() }
 }

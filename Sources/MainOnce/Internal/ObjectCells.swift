@@ -1,5 +1,3 @@
-internal import Synchronization
-
 /// The once-cells of objects, by object and call site, for `onceOnMain(for:)` and
 /// `runOnce(for:)`.
 ///
@@ -8,26 +6,17 @@ internal import Synchronization
 /// reference empty (or pointing elsewhere) and starts a fresh entry, so its call sites run
 /// again. Stale entries are swept when the table has doubled since the last sweep.
 enum ObjectCells {
-  /// One call site's state for one object. A class, so that its address stays put.
-  final class Cell: Sendable {
-    let state = Atomic<UInt>(0)
-
-    var isDone: Bool { state.load(ordering: .acquiring) != 0 }
-
-    func withCell<Result, Failure: Error>(
-      label: CellLabel, _ body: (OnceCell) throws(Failure) -> Result
-    ) throws(Failure) -> Result {
-      try withUnsafePointer(to: state) { (state) throws(Failure) in
-        try body(OnceCell(state: state, label: label))
-      }
-    }
+  /// One call site's storage for one object. A class, so that a caller can keep it alive (and
+  /// in place) for the length of its call, also after the entry was replaced or swept.
+  final class Box: Sendable {
+    let storage = _OnceStorage()
   }
 
   /// One object's cells. A class, so that a lookup does not copy the cell table.
   final class Entry {
     weak var object: AnyObject?
     // Unchecked: only touched under the table's lock, which makes every access exclusive.
-    @exclusivity(unchecked) var cells: [CallSite: Cell] = [:]
+    @exclusivity(unchecked) var cells: [CallSite: Box] = [:]
 
     init(object: AnyObject) {
       self.object = object
@@ -47,9 +36,25 @@ enum ObjectCells {
 
   static let table = Locked(Table())
 
-  /// The cell for `site` in the current lifetime of `object`.
-  static func cell(for object: AnyObject, at site: CallSite) -> Cell {
-    table.withLock { table in
+  /// The box holding `site`'s storage in the current lifetime of `object`.
+  ///
+  /// An object in its `deinit` cannot be told from a new object at a reused address: a weak
+  /// reference to it reads `nil` in both cases. A call from there stops the process instead of
+  /// running the call site a second time.
+  static func box(
+    for object: AnyObject, at site: CallSite, operation: StaticString
+  ) -> Box {
+    weak let probe = object
+    guard probe != nil else {
+      Diagnostics.fail(
+        """
+        MainOnce: \(operation) at \(site) was called for a \(type(of: object)) that is being \
+        deinitialized: MainOnce cannot tell whether this call site already ran in its \
+        lifetime. A deinit runs once per object; do that work there directly.
+        """,
+        at: site)
+    }
+    return table.withLock { table in
       let key = ObjectIdentifier(object)
       let entry: Entry
       if let existing = table.entries[key], existing.object === object {
@@ -59,10 +64,10 @@ enum ObjectCells {
         entry = Entry(object: object)
         table.entries[key] = entry
       }
-      if let cell = entry.cells[site] { return cell }
-      let cell = Cell()
-      entry.cells[site] = cell
-      return cell
+      if let box = entry.cells[site] { return box }
+      let box = Box()
+      entry.cells[site] = box
+      return box
     }
   }
 }

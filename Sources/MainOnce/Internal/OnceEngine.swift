@@ -1,18 +1,27 @@
 internal import Dispatch
 
-/// The slow path shared by every MainOnce API: who runs an initializer, who waits, and how a
-/// failed attempt hands over to the next caller.
+/// The slow path of every MainOnce API: who runs an initializer, who waits, and how the end of a
+/// flight reaches every caller.
 ///
-/// All bookkeeping sits in the ``Registry`` under one lock, so that the deadlock detector sees
-/// one consistent wait-for graph. Nothing here is on the fast path: a done cell is answered by one
-/// load in the caller before any of this runs.
+/// A caller arrives here only when the fast path found its cell unpublished. Under
+/// ``Registry/shared``'s lock it joins the cell's ``Flight`` (see ``Cell/flight(policy:)``),
+/// and takes one of these roles:
 ///
-/// A cell that is not done and has a call in progress has a ``Flight``. Callers that cannot run
-/// their initializer right away queue up in it as ``Waiter``s, each with its own initializer
-/// (an *attempt*). Under the main-queue policy, whoever holds the main queue runs attempts in
-/// arrival order until one succeeds; each failed attempt's error goes back to the caller it
-/// belongs to. So the first success ends the flight, no waiter is ever dropped, and an error is
-/// only ever seen by the caller whose initializer threw it.
+/// - **Drive** (main-queue policy, in main context): it queues its initializer and runs the
+///   queue itself, in arrival order, until one initializer succeeds or none is left.
+/// - **Run** (calling-thread policy, nobody running): it runs its own body right there.
+/// - **Wait** (anything else): it queues and waits: a thread parks, a task suspends, a
+///   completion handler is kept. Under the main-queue policy, a hop to the main queue is sent
+///   if no runner or hop is on its way already; the hop drives the queue there.
+///
+/// One invariant makes this work, enforced in ``sendHopIfNeeded(_:)`` and ``drive(_:on:)``:
+/// *a main-queue flight with queued callers always has a runner or a hop on its way.* The hop
+/// is `DispatchQueue.main.async`, never `sync`: a caller is never stuck inside a hop, so when
+/// the cell is done (by whoever finishes it: a runner in place, another caller's hop) every
+/// caller is released, and a hop that arrives after that finds its flight finished and does
+/// nothing. When an initializer succeeds, ``Registry/finish(_:attemptOf:with:)`` marks the
+/// flight finished and resolves every waiter under one lock; each caller that borrows the cell
+/// publishes it before it returns (``Cell/settle()``).
 enum OnceEngine {
   /// Where initializers run.
   enum Policy {
@@ -20,133 +29,213 @@ enum OnceEngine {
     case mainQueue
     /// On the calling thread: concurrent callers wait for the one that runs.
     case callingThread
+    /// In a main-actor task of its own, which the first caller starts (``AsyncMainLazy``):
+    /// callers bring no initializer; they only wait.
+    case mainActorTask
   }
 
-  /// Runs `body` once for `cell`, blocking the calling thread until the cell is done or `body`
-  /// has thrown.
+  // MARK: - Blocking callers
+
+  private enum Step {
+    case resolved(Resolution)
+    case drive(Flight)
+    case run(Flight)
+    case park(Flight, Parking, previous: BlockedWait?, cycle: DeadlockReport?)
+    case reentrant(Runner)
+  }
+
+  /// Runs `body` for `cell` unless the cell is done, and returns once it is done or `body` has
+  /// thrown. Blocks outside main context.
   static func run<Failure: Error>(
-    _ cell: OnceCell,
+    _ cell: Cell,
     policy: Policy,
     site: CallSite,
     _ body: () throws(Failure) -> UInt
   ) throws(Failure) {
     let thread = ThreadRecord.current
-    while true {
-      let finished: Bool
-      if policy == .callingThread || MainContext.isCurrent(on: thread) {
-        finished = try runHere(cell, policy: policy, site: site, thread: thread, body)
-      } else {
-        finished = try runOnMainQueue(cell, site: site, thread: thread, body)
-      }
-      if finished { return }
-    }
-  }
-
-  /// Queues an attempt that does not block a thread (async and completion callers). Returns
-  /// `false` if the cell is already done; `waiter` is then not queued.
-  static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
-    Registry.shared.withLock { registry in
-      if cell.isDone { return false }
-      let flight = registry.flight(for: cell, policy: .mainQueue)
-      flight.waiters.append(waiter)
-      if flight.runner == nil && flight.pendingHops == 0 {
-        registry.scheduleHop(for: flight)
-      }
-      return true
-    }
-  }
-
-  /// Withdraws a waiter that has not started running; returns whether it was withdrawn.
-  static func withdraw(_ waiter: Waiter, from cell: OnceCell) -> Bool {
-    Registry.shared.withLock { registry in
-      guard waiter.attempt != nil, let flight = registry.flights[cell.key],
-        let index = flight.waiters.firstIndex(where: { $0 === waiter })
-      else { return false }
-      flight.waiters.remove(at: index)
-      waiter.attempt = nil
-      registry.retireIfIdle(flight)
-      return true
-    }
-  }
-
-  // MARK: - Running in place
-
-  private enum InPlaceDecision {
-    case done
-    case run(Flight)
-    case wait(Parking, previous: BlockedWait?, DeadlockReport?)
-    case reentrant(Runner)
-  }
-
-  /// The caller can run its initializer where it is: it holds the main queue, or the policy
-  /// runs initializers on the calling thread. Returns `false` to go around again.
-  private static func runHere<Failure: Error>(
-    _ cell: OnceCell,
-    policy: Policy,
-    site: CallSite,
-    thread: ThreadRecord,
-    _ body: () throws(Failure) -> UInt
-  ) throws(Failure) -> Bool {
+    let drives = policy == .mainQueue && MainContext.isCurrent(on: thread)
     let detection = DeadlockDetection.Snapshot.current
-    let decision = Registry.shared.withLock { registry -> InPlaceDecision in
-      if cell.isDone { return .done }
-      let flight = registry.flight(for: cell, policy: policy)
-      guard let runner = flight.runner else {
-        flight.runner = Runner(thread: thread.id, site: site)
-        return .run(flight)
-      }
-      if runner.thread == thread.id { return .reentrant(runner) }
-      guard policy == .callingThread else {
-        Diagnostics.internalInconsistency(
-          "\(thread.id) holds the main queue while \(runner.thread) runs \(cell.label)")
-      }
+    // The initializer is queued in the flight only while this call waits for it, and every
+    // reference to it is dropped before this call is told its resolution (see `runNextAttempt`
+    // and `Deliveries.resolve`), so it does not outlive this call: `withoutActuallyEscaping`
+    // checks exactly that.
+    let resolution = withoutActuallyEscaping(body) { body -> Resolution in
       let parking = thread.takeParking()
-      flight.waiters.append(Waiter(site: site, thread: thread.id, attempt: nil, parking: parking))
-      let (previous, cycle) = registry.beginWait(
-        for: flight, site: site, on: thread.id, detection: detection)
-      return .wait(parking, previous: previous, cycle)
+      defer { thread.returnParking(parking) }
+      let waiter = Waiter(
+        site: site, thread: thread.id, attempt: policy == .mainQueue ? { erase(body) } : nil,
+        delivery: .inPlace)
+      var step = Registry.shared.withLock { registry -> Step in
+        guard let flight = cell.flight(policy: policy) else { return .resolved(.done) }
+        if let runner = flight.runner, runner.thread == thread.id { return .reentrant(runner) }
+        if drives {
+          guard flight.runner == nil else {
+            Diagnostics.internalInconsistency(
+              "\(thread.id) holds the main queue while \(flight.runner!.thread) runs \(cell.label)")
+          }
+          registry.enqueue(waiter, in: flight)
+          flight.runner = Runner(thread: thread.id, site: site)
+          return .drive(flight)
+        }
+        if policy == .callingThread && flight.runner == nil {
+          flight.runner = Runner(thread: thread.id, site: site)
+          return .run(flight)
+        }
+        waiter.delivery = .parked(parking)
+        registry.enqueue(waiter, in: flight)
+        sendHopIfNeeded(flight)
+        let (previous, cycle) = registry.beginWait(
+          for: flight, site: site, on: thread.id, detection: detection)
+        return .park(flight, parking, previous: previous, cycle: cycle)
+      }
+      while true {
+        switch step {
+        case .resolved(let resolution):
+          return resolution
+        case .reentrant(let runner):
+          Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
+        case .drive(let flight):
+          drive(flight, on: thread)
+          return waiter.resolution!
+        case .run(let flight):
+          let result = erase(body)
+          Registry.shared.withLock { $0.finish(flight, attemptOf: waiter, with: result) }.deliver()
+          return waiter.resolution!
+        case .park(let flight, let parking, let previous, let cycle):
+          cycle?.deliver(at: site)
+          parking.wait()
+          DeadlockDetection.endWait(on: thread.id, restoring: previous)
+          // Calling-thread policy: the body that ran failed, and this caller is the runner now.
+          // Nothing else refers to the waiter: it is in no queue.
+          guard case .yourTurn = waiter.resolution! else { return waiter.resolution! }
+          waiter.delivery = .inPlace
+          step = .run(flight)
+        }
+      }
     }
-    switch decision {
+    switch resolution {
     case .done:
-      return true
-    case .reentrant(let runner):
-      Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
-    case .wait(let parking, let previous, let cycle):
-      cycle?.deliver(at: site)
-      let resolution = parking.wait()
-      thread.returnParking(parking)
-      DeadlockDetection.endWait(on: thread.id, restoring: previous)
-      switch resolution {
-      case .done: return true
-      case .retry: return false
-      case .ran, .cancelled:
-        Diagnostics.internalInconsistency("a waiter without an initializer was run or cancelled")
+      cell.settle()
+    case .failed(let error):
+      // The error came from this caller's own initializer, which throws `Failure`.
+      throw error as! Failure
+    case .yourTurn, .cancelled:
+      Diagnostics.internalInconsistency("a blocking caller was resolved with \(resolution)")
+    }
+  }
+
+  // MARK: - Callers that do not block
+
+  /// Queues `attempt` for `cell` and suspends until the cell is done, the attempt has run, or
+  /// the task is cancelled before the attempt started. Never blocks a thread. The caller must
+  /// not be in main context (it would wait for itself), and publishes the cell on `.done`.
+  static func suspend(_ cell: Cell, site: CallSite, attempt: @escaping Attempt) async
+    -> Resolution
+  {
+    let waiter = Waiter(site: site, attempt: attempt, delivery: .task(nil))
+    return await withTaskCancellationHandler {
+      await withUnsafeContinuation { continuation in
+        let now = Registry.shared.withLock { registry -> Resolution? in
+          // Cancelled before it got here: `withdraw` has resolved it already.
+          if let resolution = waiter.resolution { return resolution }
+          guard let flight = cell.flight(policy: .mainQueue) else { return .done }
+          waiter.delivery = .task(continuation)
+          registry.enqueue(waiter, in: flight)
+          sendHopIfNeeded(flight)
+          return nil
+        }
+        if let now { continuation.resume(returning: now) }
       }
-    case .run(let flight):
-      let result = invoke(body, on: thread)
-      let deliveries = Registry.shared.withLock { registry in
-        registry.complete(flight, with: result, ranFor: nil)
-      }
-      deliveries.deliver()
-      try rethrow(result, as: Failure.self)
+    } onCancel: {
+      Registry.shared.withLock { $0.withdraw(waiter) }.deliver()
+    }
+  }
+
+  /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.
+  static func enqueue(_ waiter: Waiter, for cell: Cell) -> Bool {
+    Registry.shared.withLock { registry in
+      guard let flight = cell.flight(policy: .mainQueue) else { return false }
+      registry.enqueue(waiter, in: flight)
+      sendHopIfNeeded(flight)
       return true
     }
   }
 
-  /// Calls an initializer, counting it on the thread so that main context stays provable.
-  static func invoke<Failure: Error>(
-    _ body: () throws(Failure) -> UInt, on thread: ThreadRecord
-  ) -> Result<UInt, any Error> {
-    thread.initializerDepth += 1
-    defer { thread.initializerDepth -= 1 }
-    return erase(body)
+  // MARK: - Running the queue in main context
+
+  /// Sends a hop that will drive `flight` on the main queue, unless a runner or a hop will get
+  /// to its queue anyway. Call under the lock, after queueing a caller.
+  private static func sendHopIfNeeded(_ flight: Flight) {
+    guard flight.policy == .mainQueue, flight.runner == nil, flight.hopSentAt == nil else {
+      return
+    }
+    flight.hopSentAt = Platform.monotonicNanoseconds()
+    Instrumentation.noteHop()
+    DispatchQueue.main.async { hopArrived(flight) }
   }
 
-  static func invoke(_ attempt: Attempt, on thread: ThreadRecord) -> Result<UInt, any Error> {
-    thread.initializerDepth += 1
-    defer { thread.initializerDepth -= 1 }
-    return attempt()
+  /// The body of a hop: drives the flight unless it is finished, has nobody left, or is being
+  /// driven already.
+  private static func hopArrived(_ flight: Flight) {
+    Watchdog.noteMainQueueServed()
+    let thread = ThreadRecord.current
+    let drives = Registry.shared.withLock { _ -> Bool in
+      flight.hopSentAt = nil
+      if let runner = flight.runner {
+        // An initializer on this thread served the hop from a nested run loop; its caller
+        // goes on driving the queue when it returns.
+        guard runner.thread == thread.id else {
+          Diagnostics.internalInconsistency(
+            "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.label)")
+        }
+        return false
+      }
+      guard flight.outcome == nil, let first = flight.queue.first else { return false }
+      flight.runner = Runner(thread: thread.id, site: first.site)
+      return true
+    }
+    if drives { drive(flight, on: thread) }
   }
+
+  /// Runs the flight's queued initializers in main context, in arrival order, until one
+  /// succeeds or none is left. The caller is the flight's runner.
+  ///
+  /// A caller in main context drives the whole queue, also after its own initializer failed:
+  /// it holds the main queue, so a hop could not run the rest until it returns, and it may go
+  /// on to wait for one of those callers.
+  private static func drive(_ flight: Flight, on thread: ThreadRecord) {
+    while let (owner, result) = runNextAttempt(of: flight, on: thread) {
+      Registry.shared.withLock { $0.finish(flight, attemptOf: owner, with: result) }.deliver()
+    }
+  }
+
+  /// Takes the first queued initializer and runs it; `nil`, and the flight without a runner,
+  /// when none is left or the flight has finished. The initializer is a local of this
+  /// function, so it is released before its owner is told the result.
+  private static func runNextAttempt(of flight: Flight, on thread: ThreadRecord) -> (
+    Waiter, Result<UInt, any Error>
+  )? {
+    let next = Registry.shared.withLock { registry -> (Waiter, Attempt)? in
+      guard flight.outcome == nil, let owner = flight.queue.first else {
+        flight.runner = nil
+        registry.retireIfIdle(flight)
+        return nil
+      }
+      guard let attempt = owner.attempt else {
+        Diagnostics.internalInconsistency("a caller queued for \(flight.label) has no initializer")
+      }
+      owner.attempt = nil
+      owner.isRunning = true
+      flight.runner = Runner(thread: thread.id, site: owner.site)
+      return (owner, attempt)
+    }
+    guard let (owner, attempt) = next else { return nil }
+    thread.mainContextDepth += 1
+    defer { thread.mainContextDepth -= 1 }
+    return (owner, attempt())
+  }
+
+  // MARK: - Typed errors
 
   /// Calls `body`, catching its typed error as `any Error`.
   ///
@@ -162,11 +251,51 @@ enum OnceEngine {
       return .failure(error)
     }
   }
+}
 
-  /// Throws the error of a failed result, which came from an initializer that throws `Failure`.
-  static func rethrow<Failure: Error>(
-    _ result: Result<UInt, any Error>, as _: Failure.Type
-  ) throws(Failure) {
-    if case .failure(let error) = result { throw error as! Failure }
+extension Registry {
+  /// Records the end of the initializer that `owner` brought. On success the flight is
+  /// finished and every waiter is resolved as done; on failure the error goes to `owner`
+  /// alone, and under the calling-thread policy the first waiter becomes the runner (under the
+  /// main-queue policy the runner goes on with the queue itself).
+  mutating func finish(
+    _ flight: Flight, attemptOf owner: Waiter, with result: Result<UInt, any Error>
+  ) -> Deliveries {
+    var deliveries = Deliveries()
+    flight.dequeue(owner)
+    switch result {
+    case .success(let value):
+      flight.outcome = value
+      flight.runner = nil
+      deliveries.resolve(owner, .done)
+      for waiter in flight.queue { deliveries.resolve(waiter, .done) }
+      flight.queue.removeAll()
+    case .failure(let error):
+      deliveries.resolve(owner, .failed(error))
+      if flight.policy == .callingThread {
+        flight.runner = nil
+        if !flight.queue.isEmpty {
+          let next = flight.queue.removeFirst()
+          flight.runner = Runner(thread: next.thread!, site: next.site)
+          deliveries.resolve(next, .yourTurn)
+        }
+      }
+    }
+    retireIfIdle(flight)
+    return deliveries
+  }
+
+  /// Withdraws an async waiter whose task was cancelled, unless its initializer has started
+  /// or it is resolved already. A waiter that has not been queued yet is resolved as cancelled
+  /// right away; the task finds that when it gets to queue it.
+  mutating func withdraw(_ waiter: Waiter) -> Deliveries {
+    var deliveries = Deliveries()
+    guard waiter.resolution == nil, !waiter.isRunning else { return deliveries }
+    if let flight = waiter.flight {
+      flight.dequeue(waiter)
+      retireIfIdle(flight)
+    }
+    deliveries.resolve(waiter, .cancelled)
+    return deliveries
   }
 }

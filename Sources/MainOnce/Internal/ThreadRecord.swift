@@ -8,7 +8,7 @@
 
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
-  // This is safe because `id` and `isMainThread` never change, and `initializerDepth` and
+  // This is safe because `id` and `isMainThread` never change, and `mainContextDepth` and
   // `spareParking` are only read and written by the thread this record belongs to; that also
   // makes their accesses exclusive, so they skip the dynamic check.
 
@@ -18,9 +18,10 @@ final class ThreadRecord: @unchecked Sendable {
   /// Whether this is the process's main thread (tid == pid).
   let isMainThread: Bool
 
-  /// How many initializers this thread is running right now. They run in main context, so a
-  /// non-zero depth proves main context where libdispatch's queue state cannot be read.
-  @exclusivity(unchecked) var initializerDepth = 0
+  /// How many main-queue initializers this thread is running right now. They run in main
+  /// context, so a non-zero depth proves main context where libdispatch's queue state cannot be
+  /// read. (Bodies of `runOnce(for:)` run on the calling thread and are not counted.)
+  @exclusivity(unchecked) var mainContextDepth = 0
 
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
