@@ -11,9 +11,16 @@ let package = Package(
   targets: [
     .target(
       name: "MainOnce",
+      dependencies: ["CMainOnceShims"],
       // `@_staticExclusiveOnly`, as on the standard library's `Atomic` and `Mutex`: a token or
       // lazy value cannot be declared with `var`, so no assignment can reset one.
       swiftSettings: [.enableExperimentalFeature("StaticExclusiveOnly")]
+    ),
+    // Platform facts by link-time reference (thread ids, libdispatch's main queue), so that
+    // they hold in static binaries, where dlsym finds none of them.
+    .target(
+      name: "CMainOnceShims",
+      linkerSettings: [.linkedLibrary("dispatch", .when(platforms: [.linux]))]
     ),
     .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
     // Side-by-side benchmarks: no product, so packages that depend on MainOnce never see them.
@@ -39,8 +46,10 @@ let package = Package(
       dependencies: ["MainOnceFixtureSupport"],
       path: "Tests/MainOnceAsyncFixture"
     ),
-    // Deliberately racy: CI runs it under ThreadSanitizer to prove that TSan reports races.
+    // Deliberately broken: CI runs them under ThreadSanitizer and AddressSanitizer to prove
+    // that each sanitizer reports what it must.
     .executableTarget(name: "TSanCanary", path: "Tests/TSanCanary"),
+    .executableTarget(name: "ASanCanary", path: "Tests/ASanCanary"),
     .testTarget(
       name: "MainOnceTests",
       dependencies: [
@@ -51,7 +60,7 @@ let package = Package(
   swiftLanguageModes: [.v6]
 )
 
-for target in package.targets where target.name != "CBenchmarkSupport" {
+for target in package.targets where !["CBenchmarkSupport", "CMainOnceShims"].contains(target.name) {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .enableUpcomingFeature("ExistentialAny"),

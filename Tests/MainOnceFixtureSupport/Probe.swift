@@ -106,6 +106,7 @@ public final class Probe: Sendable {
       + " mainContext=\(ranInMainContext.load(ordering: .relaxed))"
       + " mainThread=\(ranOnMainThread.load(ordering: .relaxed))"
       + " workItems=\(Instrumentation.mainQueueWorkItems)"
+      + " exact=\(MainContext.isExact)"
       + " driver=\(driver.rawValue) context=\(context.rawValue)"
     guard runs == 1, earlyReturns.load(ordering: .relaxed) == 0,
       ranInMainContext.load(ordering: .relaxed)

@@ -197,8 +197,11 @@ struct DeadlockTests {
   }
 
   @Test(
-    "MAINONCE_STALL_TIMEOUT sets the stall timeout, and a value under 1 ms is ignored with a warning",
-    arguments: [("0.3", 0.3...0.9), ("0.0004", 1.0...2.0)])
+    "MAINONCE_STALL_TIMEOUT sets the stall timeout; a value it cannot take is ignored with a warning",
+    arguments: [
+      ("0.3", 0.3...0.9), ("0.0004", 1.0...2.0), ("1e10", 1.0...2.0), ("0x10", 1.0...2.0),
+      ("-1", 1.0...2.0), ("inf", 1.0...2.0), ("100000", 1.0...2.0),
+    ])
   func stallTimeoutFromEnvironment(_ setting: String, _ expected: ClosedRange<Double>) async throws
   {
     let outcome = try await run("rawSemaphore", ["MAINONCE_STALL_TIMEOUT": setting])

@@ -158,21 +158,25 @@ struct PerObjectTests {
 
   @Test("a new object at a freed object's address runs its call sites again")
   func addressReuseIsANewLifetime() {
+    var objects = 0
     var firstSiteRuns = 0
     var secondSiteRuns = 0
     var seen = Set<ObjectIdentifier>()
     var reused = 0
-    for _ in 0..<2_000 {
+    // Until addresses have been reused a few hundred times: under AddressSanitizer freed memory
+    // sits in quarantine for a while first (CI keeps that quarantine small).
+    while reused < 500 && objects < 200_000 {
       let object = Plain()
+      objects += 1
       if !seen.insert(ObjectIdentifier(object)).inserted { reused += 1 }
       for _ in 0..<2 {
         runOnce(for: object) { firstSiteRuns += 1 }
       }
       runOnce(for: object) { secondSiteRuns += 1 }
     }
-    #expect(reused > 0, "the allocator never reused an address; the test proved nothing")
-    #expect(firstSiteRuns == 2_000)
-    #expect(secondSiteRuns == 2_000)
+    #expect(reused >= 500, "the allocator reused \(reused) addresses; the test proved too little")
+    #expect(firstSiteRuns == objects)
+    #expect(secondSiteRuns == objects)
   }
 
   @Test("a body that reaches its own call site for the same object stops with a message")

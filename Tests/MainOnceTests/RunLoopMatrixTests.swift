@@ -1,3 +1,4 @@
+import Foundation
 import MainOnceFixtureSupport
 import Testing
 
@@ -47,6 +48,8 @@ struct RunLoopMatrixTests {
     #expect(!outcome.timedOut, "the scenario hung: \(outcome.standardError)")
     #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
     #expect(outcome.verdict.hasPrefix("PASS"))
+    #expect(outcome.value("exact") == "true", "MainOnce fell back: \(outcome.standardError)")
+    #expect(outcome.standardError.isEmpty, "\(outcome.standardError)")
     #expect(outcome.value("runs") == "1")
     #expect(outcome.value("earlyReturns") == "0")
     #expect(outcome.value("mainContext") == "true")
@@ -89,6 +92,25 @@ struct RunLoopMatrixTests {
     #expect(
       outcome.standardError.contains("inside queue.sync within a main-queue block"),
       "\(outcome.standardError)")
+  }
+
+  @Test(
+    "MAINONCE_QUEUE_INTROSPECTION takes the common spellings, and warns about others",
+    arguments: [
+      ("false", "false", ""), ("OFF", "false", ""), ("0", "false", ""), ("on", "true", ""),
+      ("bogus", "true", "MainOnce: ignoring MAINONCE_QUEUE_INTROSPECTION=bogus: use on or off"),
+    ])
+  func introspectionSetting(_ value: String, _ exact: String, _ warning: String) async throws {
+    let outcome = try await FixtureProcess.run(
+      "MainOnceFixture", ["dispatchMain", "mixed"],
+      environment: ["MAINONCE_QUEUE_INTROSPECTION": value])
+    #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.standardError)")
+    #expect(outcome.value("exact") == exact)
+    if warning.isEmpty {
+      #expect(outcome.standardError.isEmpty, "\(outcome.standardError)")
+    } else {
+      #expect(outcome.standardError.components(separatedBy: warning).count == 2)
+    }
   }
 
   /// Where libdispatch's queue state cannot be read, MainOnce must still be right wherever

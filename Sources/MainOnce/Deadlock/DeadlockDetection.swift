@@ -32,7 +32,7 @@ public enum DeadlockDetection {
     /// Deliver the report and go on waiting.
     case report
     /// Do not look. Cycles are not checked; the watchdog does not run.
-    case ignore
+    case off
   }
 
   /// What to do when a wait would close a cycle. Defaults to ``Response/abort``: the wait can
@@ -71,10 +71,10 @@ public enum DeadlockDetection {
   public static func setStallTimeout(
     _ timeout: Duration, file: StaticString = #fileID, line: UInt = #line
   ) {
-    guard timeout >= .milliseconds(1) else {
+    guard validStallTimeouts.contains(timeout) else {
       Diagnostics.fail(
-        "MainOnce: the stall timeout must be at least 1 ms, not \(timeout); a shorter one would"
-          + " report every hop",
+        "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
+          + " would report every hop",
         at: CallSite(file: file, line: line))
     }
     stallTimeoutNanoseconds.store(timeout.nanoseconds, ordering: .relaxed)
@@ -104,31 +104,15 @@ public enum DeadlockDetection {
     }
   }
 
+  /// The stall timeouts MainOnce accepts: from a millisecond (a shorter one would report every
+  /// hop) to a day.
+  static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
+
   /// The defaults, adjusted by `MAINONCE_DEADLOCK` and `MAINONCE_STALL_TIMEOUT`.
-  private static let environment: (cycle: Response, stall: Response, timeout: Duration) = {
-    var settings = (cycle: Response.abort, stall: Response.report, timeout: Duration.seconds(1))
-    if let value = Platform.environment("MAINONCE_DEADLOCK") {
-      switch value.lowercased() {
-      case "abort": (settings.cycle, settings.stall) = (.abort, .abort)
-      case "report": (settings.cycle, settings.stall) = (.report, .report)
-      case "off", "ignore": (settings.cycle, settings.stall) = (.ignore, .ignore)
-      default:
-        Platform.writeToStandardError(
-          "MainOnce: ignoring MAINONCE_DEADLOCK=\(value): use abort, report or off\n")
-      }
-    }
-    if let value = Platform.environment("MAINONCE_STALL_TIMEOUT") {
-      // At least a millisecond: a shorter timeout would report every hop.
-      if let seconds = Double(value), seconds.isFinite, seconds >= 0.001 {
-        settings.timeout = .nanoseconds(Int64(seconds * 1e9))
-      } else {
-        Platform.writeToStandardError(
-          "MainOnce: ignoring MAINONCE_STALL_TIMEOUT=\(value): use a number of seconds, at least 0.001\n"
-        )
-      }
-    }
-    return settings
-  }()
+  private static let environment: (cycle: Response, stall: Response, timeout: Duration) = (
+    cycle: Settings.deadlockResponse ?? .abort, stall: Settings.deadlockResponse ?? .report,
+    timeout: Settings.stallTimeout ?? .seconds(1)
+  )
 
   private static let cycleResponseCode = Atomic(environment.cycle.code)
   private static let stallResponseCode = Atomic(environment.stall.code)
@@ -141,7 +125,7 @@ public enum DeadlockDetection {
     let response = cycleResponse
     let (previous, cycle) = Registry.shared.withLock { registry in
       let (previous, cycle) = registry.beginWait(
-        wait, on: thread, checkingCycles: response != .ignore)
+        wait, on: thread, checkingCycles: response != .off)
       return (
         previous,
         cycle.map { DeadlockReport.cycle($0, stops: response == .abort) }
@@ -163,11 +147,11 @@ extension DeadlockDetection.Response {
     switch self {
     case .abort: 0
     case .report: 1
-    case .ignore: 2
+    case .off: 2
     }
   }
 
   fileprivate init(code: UInt8) {
-    self = code == 0 ? .abort : code == 1 ? .report : .ignore
+    self = code == 0 ? .abort : code == 1 ? .report : .off
   }
 }

@@ -81,8 +81,8 @@ extension Registry {
       siteIsCaller: flight.label.hasCallSites, holdsMainQueue: false)
     wait.nextCheck = wait.since + detection.stallTimeoutNanoseconds
     let (previous, cycle) = beginWait(
-      wait, on: thread, checkingCycles: detection.cycleResponse != .ignore)
-    if flight.policy == .mainQueue && detection.stallResponse != .ignore {
+      wait, on: thread, checkingCycles: detection.cycleResponse != .off)
+    if flight.policy == .mainQueue && detection.stallResponse != .off {
       Watchdog.watch(&self)
     }
     return (

@@ -81,7 +81,7 @@ enum Watchdog {
       let now = Platform.monotonicNanoseconds()
       let (stalls, sleep) = Registry.shared.withLock { registry in
         registry.collectStalls(
-          now: now, timeout: timeout, watching: settings.stallResponse != .ignore)
+          now: now, timeout: timeout, watching: settings.stallResponse != .off)
       }
       for stall in stalls {
         let (report, isBlocked) = stall.report(stops: settings.stallResponse == .abort)

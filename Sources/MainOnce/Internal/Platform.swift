@@ -1,3 +1,5 @@
+internal import CMainOnceShims
+
 #if canImport(Glibc)
   internal import Glibc
 #elseif canImport(Musl)
@@ -13,7 +15,7 @@ struct ThreadID: Hashable, Sendable, CustomStringConvertible {
   /// The calling thread's id. A system call; cache it (``ThreadRecord`` does).
   static func current() -> ThreadID {
     #if os(Linux)
-      ThreadID(rawValue: Platform.gettid())
+      ThreadID(rawValue: mainonce_thread_id())
     #else
       var id: UInt64 = 0
       pthread_threadid_np(nil, &id)
@@ -28,23 +30,6 @@ struct ThreadID: Hashable, Sendable, CustomStringConvertible {
 }
 
 enum Platform {
-  #if os(Linux)
-    /// glibc 2.30+ and musl 1.2.2+ export `gettid`, but the Glibc module does not import it.
-    private static let gettidFunction: @convention(c) () -> Int32 = {
-      guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "gettid") else {
-        fatalError("MainOnce: this C library has no gettid(); MainOnce needs glibc 2.30 or later")
-      }
-      return unsafeBitCast(symbol, to: (@convention(c) () -> Int32).self)
-    }()
-
-    static func gettid() -> Int32 { gettidFunction() }
-  #endif
-
-  /// Looks up a data symbol in the loaded images.
-  static func symbol(named name: String) -> UnsafeRawPointer? {
-    UnsafeRawPointer(dlsym(UnsafeMutableRawPointer(bitPattern: 0), name))
-  }
-
   /// The value of an environment variable, read without Foundation.
   static func environment(_ name: String) -> String? {
     getenv(name).map { String(cString: $0) }

@@ -1,5 +1,5 @@
+internal import CMainOnceShims
 internal import Dispatch
-internal import Synchronization
 
 /// Which thread owns a serial dispatch queue right now, read from the queue's lock word.
 ///
@@ -10,11 +10,13 @@ internal import Synchronization
 /// trapping, and `DispatchQueue.getSpecific` cannot see a main-queue block that has entered
 /// another queue's `sync`, so MainOnce reads the word itself.
 ///
-/// The layout is verified before the first read: the main queue's serial number (1), width (1)
-/// and label must sit at the expected offsets next to the word, and the Swift `DispatchQueue.main`
-/// object must wrap the exported `_dispatch_main_q`. If any check fails (another libdispatch), or
-/// `MAINONCE_QUEUE_INTROSPECTION=off` is set, ``isAvailable`` is false and MainOnce falls back to
-/// public signals; see ``MainContext``.
+/// The main queue is reached by link-time reference (the C shim), so this works the same in
+/// dynamic, `--static-swift-stdlib` and fully static binaries. Before the first read, MainOnce
+/// verifies the layout without touching any object it does not own or keep alive: the shim's
+/// self-test (see `mainonce_queue_layout_self_test`), and for queues handed in as Swift
+/// `DispatchQueue` objects, that the overlay's wrapper holds the queue libdispatch runs. If a
+/// check fails, MainOnce says so once on standard error and falls back to public signals (see
+/// ``MainContext``); `MAINONCE_QUEUE_INTROSPECTION=off` turns it off silently.
 enum QueueOwnership {
   /// Who owns a queue.
   enum Owner: Equatable {
@@ -26,100 +28,108 @@ enum QueueOwnership {
     case unknown
   }
 
-  // Offsets into `struct dispatch_queue_s` / `dispatch_lane_s` on 64-bit platforms.
-  private static let stateOffset = 56
-  private static let serialNumberOffset = 64
-  private static let labelOffset = 72
-  private static let widthOffset = 80
-  // The Swift overlay's `DispatchQueue` object: header (metadata, refcount), then the C queue.
-  private static let wrappedQueueOffset = 16
-  private static let ownerMask: UInt64 = 0x3fff_ffff
+  /// Whether queue ownership can be read in this process: decided once, at first use.
+  static var isAvailable: Bool { verdict.isAvailable }
 
-  /// The address of the C main queue once its layout has been verified; `nil` when MainOnce
-  /// cannot read it. (An address, not a pointer, so that the constant is `Sendable`.)
-  private static let verifiedMainQueueAddress: UInt? = verifyLayout().map {
-    UInt(bitPattern: $0)
-  }
-
-  private static var verifiedMainQueue: UnsafeRawPointer? {
-    verifiedMainQueueAddress.flatMap { UnsafeRawPointer(bitPattern: $0) }
-  }
-
-  /// Whether queue ownership can be read on this system.
-  static var isAvailable: Bool { verifiedMainQueueAddress != nil }
+  private static let verdict: Verdict = {
+    let verdict = Verdict.decide(
+      setting: Settings.introspection, selfTest: { mainonce_queue_layout_self_test() },
+      wrapperHoldsQueue: wrapperHoldsQueue)
+    if let warning = verdict.warning { Platform.writeToStandardError(warning + "\n") }
+    return verdict
+  }()
 
   /// The owner of the main queue.
   static func ownerOfMainQueue() -> Owner {
-    guard let queue = verifiedMainQueue else { return .unknown }
-    return owner(atQueue: queue)
+    guard isAvailable, let main = mainonce_main_queue() else { return .unknown }
+    return owner(at: main)
   }
 
   /// The owner of `queue`, if it is a serial queue whose state MainOnce can read.
   static func owner(of queue: DispatchQueue) -> Owner {
-    guard isAvailable, let pointer = verifiedPointer(to: queue), isSerial(pointer) else {
-      return .unknown
+    withExtendedLifetime(queue) {
+      guard isAvailable, let pointer = wrapped(queue), mainonce_queue_is_serial(pointer) else {
+        return .unknown
+      }
+      return owner(at: pointer)
     }
-    return owner(atQueue: pointer)
   }
 
   /// Whether `queue` is the main queue. (`DispatchQueue.main` makes a new wrapper object on
   /// every access, so identity comparison does not work.)
   static func isMainQueue(_ queue: DispatchQueue) -> Bool {
-    if let main = verifiedMainQueue { return verifiedPointer(to: queue) == main }
-    return queue.label == DispatchQueue.main.label
+    guard isAvailable else { return queue.label == DispatchQueue.main.label }
+    return withExtendedLifetime(queue) { wrapped(queue) == mainonce_main_queue() }
   }
 
   /// Whether `queue` is known to be concurrent (its width is more than one).
   static func isKnownConcurrent(_ queue: DispatchQueue) -> Bool {
-    guard isAvailable, let pointer = verifiedPointer(to: queue) else { return false }
-    return !isSerial(pointer)
+    withExtendedLifetime(queue) {
+      guard isAvailable, let pointer = wrapped(queue) else { return false }
+      return !mainonce_queue_is_serial(pointer)
+    }
   }
 
-  private static func owner(atQueue queue: UnsafeRawPointer) -> Owner {
-    // This is safe because libdispatch updates `dq_state` only with 64-bit atomic operations on
-    // an aligned word; `Atomic<UInt64>` has the same size and alignment as `UInt64`.
-    let state = (queue + stateOffset).assumingMemoryBound(to: Atomic<UInt64>.self).pointee
-      .load(ordering: .relaxed)
-    let owner = Int32(truncatingIfNeeded: state & ownerMask)
+  private static func owner(at queue: UnsafeRawPointer) -> Owner {
+    let owner = mainonce_queue_owner(queue)
     return owner == 0 ? .nobody : .thread(ThreadID(rawValue: owner))
   }
 
-  private static func isSerial(_ queue: UnsafeRawPointer) -> Bool {
-    queue.load(fromByteOffset: widthOffset, as: UInt16.self) == 1
+  /// The C queue a Swift `DispatchQueue` wraps: the overlay's class stores it right after the
+  /// object header. The caller keeps `queue` alive across the read and every use of the result.
+  private static func wrapped(_ queue: DispatchQueue) -> UnsafeRawPointer? {
+    UnsafeRawPointer(Unmanaged.passUnretained(queue).toOpaque())
+      .load(fromByteOffset: 16, as: UnsafeRawPointer?.self)
   }
 
-  /// The C queue inside a Swift `DispatchQueue`, if its label matches where MainOnce expects it.
-  private static func verifiedPointer(to queue: DispatchQueue) -> UnsafeRawPointer? {
-    let object = UnsafeRawPointer(Unmanaged.passUnretained(queue).toOpaque())
-    guard let pointer = object.load(fromByteOffset: wrappedQueueOffset, as: UnsafeRawPointer?.self),
-      label(at: pointer) == queue.label
-    else { return nil }
-    return pointer
-  }
-
-  private static func label(at queue: UnsafeRawPointer) -> String {
-    queue.load(fromByteOffset: labelOffset, as: UnsafePointer<CChar>?.self)
-      .map { String(cString: $0) } ?? ""
-  }
-
-  private static func verifyLayout() -> UnsafeRawPointer? {
-    #if _pointerBitWidth(_64) && os(Linux)
-      if let setting = Platform.environment("MAINONCE_QUEUE_INTROSPECTION"),
-        ["off", "0", "no"].contains(setting.lowercased())
-      {
-        return nil
+  /// Whether the overlay's wrappers hold the queues libdispatch runs: `DispatchQueue.main`'s
+  /// holds the main queue, and a private queue's is the queue current inside its own `sync`.
+  /// Compares pointers only, reading wrappers that are kept alive.
+  private static func wrapperHoldsQueue() -> Bool {
+    let main = DispatchQueue.main
+    let queue = DispatchQueue(label: "mainonce.wrapper-self-test")
+    return withExtendedLifetime((main, queue)) {
+      guard wrapped(main) == mainonce_main_queue(), let pointer = wrapped(queue) else {
+        return false
       }
-      // Check the Swift wrapper's address before reading through it.
-      let mainObject = UnsafeRawPointer(Unmanaged.passUnretained(DispatchQueue.main).toOpaque())
-      guard let main = Platform.symbol(named: "_dispatch_main_q"),
-        mainObject.load(fromByteOffset: wrappedQueueOffset, as: UnsafeRawPointer?.self) == main,
-        main.load(fromByteOffset: serialNumberOffset, as: UInt64.self) == 1,
-        isSerial(main),
-        label(at: main) == DispatchQueue.main.label
-      else { return nil }
-      return main
-    #else
-      return nil
-    #endif
+      return queue.sync { mainonce_current_queue() == pointer }
+    }
+  }
+}
+
+extension QueueOwnership {
+  /// Whether introspection is on, and what to say about it.
+  struct Verdict: Equatable {
+    let isAvailable: Bool
+    /// A line for standard error when MainOnce falls back for a reason other than the setting.
+    let warning: String?
+
+    static func decide(
+      setting: Bool?, selfTest: () -> Int32, wrapperHoldsQueue: () -> Bool
+    ) -> Verdict {
+      if setting == false { return Verdict(isAvailable: false, warning: nil) }
+      #if os(Linux)
+        let failedCheck = selfTest()
+        let reason: String
+        if failedCheck == -1 {
+          reason = "MainOnce knows libdispatch's queue layout only on 64-bit Linux"
+        } else if failedCheck != 0 {
+          reason = "this libdispatch failed check \(failedCheck) of MainOnce's layout self-test"
+        } else if !wrapperHoldsQueue() {
+          reason = "the Dispatch overlay's DispatchQueue does not hold its queue where expected"
+        } else {
+          return Verdict(isAvailable: true, warning: nil)
+        }
+        return Verdict(
+          isAvailable: false,
+          warning: "MainOnce: queue introspection is off: \(reason). MainOnce falls back to"
+            + " public signals, which cannot see a sync nested in a main-queue block after"
+            + " dispatchMain(); set MAINONCE_QUEUE_INTROSPECTION=off to silence this.")
+      #else
+        // On Apple platforms the main thread serves the main queue, and public signals are
+        // exact.
+        return Verdict(isAvailable: false, warning: nil)
+      #endif
+    }
   }
 }

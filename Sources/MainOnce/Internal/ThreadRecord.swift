@@ -40,7 +40,11 @@ final class ThreadRecord: @unchecked Sendable {
 
   private init() {
     id = ThreadID.current()
-    isMainThread = id == ThreadID.mainThread
+    #if os(Linux)
+      isMainThread = id == ThreadID.mainThread
+    #else
+      isMainThread = pthread_main_np() != 0
+    #endif
   }
 
   /// The calling thread's record.

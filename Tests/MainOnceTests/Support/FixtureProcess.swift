@@ -38,9 +38,14 @@ struct FixtureProcess {
     let description: String
   }
 
-  /// The directory that holds the test bundle and the fixture executables.
+  /// The directory that holds the fixture executables: next to the test bundle, or
+  /// `MAINONCE_FIXTURE_DIRECTORY` (CI points it at a `--static-swift-stdlib` build).
   static let productsDirectory: URL = {
-    URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+    if let directory = ProcessInfo.processInfo.environment["MAINONCE_FIXTURE_DIRECTORY"] {
+      return URL(fileURLWithPath: directory)
+    }
+    return URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+      .deletingLastPathComponent()
   }()
 
   /// Runs `executable` with `arguments` and `environment` added to this process's environment.

@@ -1,0 +1,60 @@
+// Platform facts for MainOnce, bound at link time so that they hold in dynamic,
+// --static-swift-stdlib and fully static binaries alike (dlsym finds none of them in the
+// static ones). Every name starts with mainonce_, so nothing clashes with Dispatch or
+// Foundation in a module that imports both.
+#ifndef C_MAIN_ONCE_SHIMS_H
+#define C_MAIN_ONCE_SHIMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#pragma clang assume_nonnull begin
+
+/// The calling thread's kernel thread id (Linux), as /proc/self/task and libdispatch's queue
+/// locks name it; 0 where there is none.
+int32_t mainonce_thread_id(void);
+
+/// libdispatch's main queue object, by link-time reference; NULL where MainOnce does not know
+/// libdispatch's queue layout (anything but 64-bit Linux).
+const void *_Nullable mainonce_main_queue(void);
+
+/// Checks that libdispatch's queue layout is the one MainOnce reads: the main queue's label
+/// field holds the very pointer dispatch_queue_get_label returns, its serial number and width
+/// are 1, and on a private serial queue that this function creates the owner field reads
+/// nobody outside dispatch_sync_f and the calling thread inside it. Reads only the static main
+/// queue and the queue it owns. Returns 0 when every check passes, otherwise the number of the
+/// first check that failed.
+int32_t mainonce_queue_layout_self_test(void);
+
+/// The kernel thread id in the low bits of `queue`'s lock word: the thread that drains it or
+/// runs sync on it, or the thread the main queue is bound to; 0 for nobody. `queue` must be a
+/// live queue and the layout verified.
+int32_t mainonce_queue_owner(const void *queue);
+
+/// Whether `queue` is serial (width 1). Same conditions as mainonce_queue_owner.
+bool mainonce_queue_is_serial(const void *queue);
+
+/// Whether the main queue is bound to the main thread: true until dispatchMain() is called.
+/// Same conditions as mainonce_queue_owner.
+bool mainonce_main_queue_is_thread_bound(void);
+
+/// The queue the calling thread runs, for pointer comparison only.
+const void *_Nullable mainonce_current_queue(void);
+
+/// The file descriptor that becomes readable when the main queue has work, as libdispatch
+/// hands it to CoreFoundation's run loop; -1 once the main queue is no longer bound to the
+/// main thread.
+int32_t mainonce_main_queue_handle(void);
+
+/// Runs the main queue's pending work on the calling thread, as CoreFoundation's run loop
+/// does. Legal only on the main thread while the main queue is bound to it.
+void mainonce_main_queue_drain(void);
+
+/// Whether CoreFoundation is linked into the program and the main thread's run loop is
+/// running in some mode right now. CoreFoundation is referenced weakly: MainOnce does not make
+/// a program link Foundation.
+bool mainonce_main_run_loop_is_running(void);
+
+#pragma clang assume_nonnull end
+
+#endif

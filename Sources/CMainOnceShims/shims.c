@@ -1,0 +1,183 @@
+#if defined(__linux__)
+#define _GNU_SOURCE
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#include <stddef.h>
+#include <string.h>
+
+#include "CMainOnceShims.h"
+
+#if defined(__linux__) && defined(__LP64__)
+#define MAINONCE_KNOWS_QUEUE_LAYOUT 1
+#else
+#define MAINONCE_KNOWS_QUEUE_LAYOUT 0
+#endif
+
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+// libdispatch's C entry points, declared here: a package's C target cannot find
+// <dispatch/dispatch.h>, which the toolchain keeps beside the Swift overlay. The declarations
+// match the ABI (dispatch_object_t is a transparent union of pointers).
+struct dispatch_queue_s;
+extern struct dispatch_queue_s _dispatch_main_q;
+extern struct dispatch_queue_s *_Nullable dispatch_queue_create(const char *_Nullable label,
+                                                                void *_Nullable attributes);
+extern void dispatch_sync_f(struct dispatch_queue_s *queue, void *_Nullable context,
+                            void (*work)(void *_Nullable));
+extern const char *_Nullable dispatch_queue_get_label(struct dispatch_queue_s *_Nullable queue);
+extern struct dispatch_queue_s *_Nullable dispatch_get_current_queue(void);
+extern void dispatch_release(void *object);
+extern int _dispatch_get_main_queue_handle_4CF(void);
+extern void _dispatch_main_queue_callback_4CF(void *_Nullable message);
+
+// Fields of struct dispatch_queue_s (dispatch_lane_s) on 64-bit platforms.
+enum {
+  StateOffset = 56,         // uint64_t dq_state: the owner's thread id in the low 30 bits
+  SerialNumberOffset = 64,  // uint64_t dq_serialnum: 1 for the main queue
+  LabelOffset = 72,         // const char *dq_label
+  FlagsOffset = 80,         // uint32_t dq_atomic_flags: dq_width in the low 16 bits
+};
+static const uint64_t OwnerMask = 0x3fffffff;
+static const uint32_t ThreadBoundFlag = 0x00040000;  // DQF_THREAD_BOUND
+
+static const char *label_field(const void *queue) {
+  return *(const char *const *)((const char *)queue + LabelOffset);
+}
+
+static uint32_t flags_field(const void *queue) {
+  return __atomic_load_n((const uint32_t *)((const char *)queue + FlagsOffset), __ATOMIC_RELAXED);
+}
+
+struct sync_probe {
+  struct dispatch_queue_s *queue;
+  int32_t owner;
+  int32_t thread;
+  const void *current;
+};
+
+static void record_inside_sync(void *context) {
+  struct sync_probe *probe = context;
+  probe->owner = mainonce_queue_owner(probe->queue);
+  probe->thread = mainonce_thread_id();
+  probe->current = dispatch_get_current_queue();
+}
+#endif
+
+int32_t mainonce_thread_id(void) {
+#if defined(__linux__)
+  return (int32_t)syscall(SYS_gettid);
+#else
+  return 0;
+#endif
+}
+
+const void *mainonce_main_queue(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return &_dispatch_main_q;
+#else
+  return NULL;
+#endif
+}
+
+int32_t mainonce_queue_owner(const void *queue) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  const uint64_t *state = (const uint64_t *)((const char *)queue + StateOffset);
+  return (int32_t)(__atomic_load_n(state, __ATOMIC_RELAXED) & OwnerMask);
+#else
+  (void)queue;
+  return 0;
+#endif
+}
+
+bool mainonce_queue_is_serial(const void *queue) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return (flags_field(queue) & 0xffff) == 1;
+#else
+  (void)queue;
+  return false;
+#endif
+}
+
+bool mainonce_main_queue_is_thread_bound(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return (flags_field(&_dispatch_main_q) & ThreadBoundFlag) != 0;
+#else
+  return false;
+#endif
+}
+
+const void *mainonce_current_queue(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return dispatch_get_current_queue();
+#else
+  return NULL;
+#endif
+}
+
+int32_t mainonce_queue_layout_self_test(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  struct dispatch_queue_s *main = &_dispatch_main_q;
+  // The static main queue: pointers compared before the label is read.
+  if (label_field(main) != dispatch_queue_get_label(main)) return 1;
+  if (strcmp(label_field(main), "com.apple.main-thread") != 0) return 2;
+  if (*(const uint64_t *)((const char *)main + SerialNumberOffset) != 1) return 3;
+  if (!mainonce_queue_is_serial(main)) return 4;
+
+  // A private serial queue, alive for the whole test.
+  struct dispatch_queue_s *queue = dispatch_queue_create("mainonce.layout-self-test", NULL);
+  if (queue == NULL) return 5;
+  int32_t failed = 0;
+  struct sync_probe probe = {.queue = queue};
+  if (label_field(queue) != dispatch_queue_get_label(queue)) {
+    failed = 6;
+  } else if (!mainonce_queue_is_serial(queue)) {
+    failed = 7;
+  } else if (mainonce_queue_owner(queue) != 0) {
+    failed = 8;
+  } else {
+    dispatch_sync_f(queue, &probe, record_inside_sync);
+    if (probe.current != queue) {
+      failed = 9;
+    } else if (probe.owner == 0 || probe.owner != probe.thread) {
+      failed = 10;
+    } else if (mainonce_queue_owner(queue) != 0) {
+      failed = 11;
+    }
+  }
+  dispatch_release(queue);
+  return failed;
+#else
+  return -1;
+#endif
+}
+
+int32_t mainonce_main_queue_handle(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return _dispatch_get_main_queue_handle_4CF();
+#else
+  return -1;
+#endif
+}
+
+void mainonce_main_queue_drain(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  _dispatch_main_queue_callback_4CF(NULL);
+#endif
+}
+
+// CoreFoundation, referenced weakly: these resolve where the program links CoreFoundation
+// (Foundation's shared library, or its static archive in a static build) and are NULL
+// otherwise. They are declared only here, so Swift never sees them through this module.
+extern void *_Nullable CFRunLoopGetMain(void) __attribute__((weak));
+extern void *_Nullable CFRunLoopCopyCurrentMode(void *_Nullable runLoop) __attribute__((weak));
+extern void CFRelease(const void *object) __attribute__((weak));
+
+bool mainonce_main_run_loop_is_running(void) {
+  if (CFRunLoopGetMain == NULL || CFRunLoopCopyCurrentMode == NULL || CFRelease == NULL) {
+    return false;
+  }
+  void *mode = CFRunLoopCopyCurrentMode(CFRunLoopGetMain());
+  if (mode == NULL) return false;
+  CFRelease(mode);
+  return true;
+}

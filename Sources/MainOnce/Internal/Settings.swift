@@ -1,0 +1,67 @@
+/// MainOnce's environment variables, read once at first use.
+///
+/// Every variable accepts the same spellings: `on`/`off` and their synonyms `true`/`false`,
+/// `yes`/`no` and `1`/`0`, in any case, where a variable is a switch. A value MainOnce does not
+/// understand is ignored with a warning on standard error that starts with `MainOnce:`, and
+/// the default is kept: a typo never silently changes behaviour.
+enum Settings {
+  /// `MAINONCE_QUEUE_INTROSPECTION=on|off`: `nil` when unset or not understood.
+  static let introspection: Bool? = read("MAINONCE_QUEUE_INTROSPECTION", expecting: "on or off") {
+    switchValue($0)
+  }
+
+  /// `MAINONCE_DEADLOCK=abort|report|off`: both deadlock responses.
+  static let deadlockResponse: DeadlockDetection.Response? = read(
+    "MAINONCE_DEADLOCK", expecting: "abort, report or off"
+  ) { value in
+    switch value.lowercased() {
+    case "abort": .abort
+    case "report": .report
+    default: switchValue(value) == false ? .off : nil
+    }
+  }
+
+  /// `MAINONCE_STALL_TIMEOUT=<seconds>`: the stall timeout.
+  static let stallTimeout: Duration? = read(
+    "MAINONCE_STALL_TIMEOUT", expecting: "a decimal number of seconds from 0.001 to 86400"
+  ) { value in
+    seconds(value).flatMap { DeadlockDetection.validStallTimeouts.contains($0) ? $0 : nil }
+  }
+
+  /// Reads `name`; warns and returns `nil` if `parse` does not understand its value.
+  private static func read<Value>(
+    _ name: String, expecting expected: String, _ parse: (String) -> Value?
+  ) -> Value? {
+    guard let value = Platform.environment(name) else { return nil }
+    guard let parsed = parse(value) else {
+      Platform.writeToStandardError(
+        "MainOnce: ignoring \(name)=\(value): use \(expected); keeping the default\n")
+      return nil
+    }
+    return parsed
+  }
+
+  /// `true` for on, `false` for off, `nil` for anything else.
+  static func switchValue(_ value: String) -> Bool? {
+    switch value.lowercased() {
+    case "on", "true", "yes", "1": true
+    case "off", "false", "no", "0": false
+    default: nil
+    }
+  }
+
+  /// A duration written as a plain decimal number of seconds (`2`, `0.25`, `.5`): no sign,
+  /// exponent, hexadecimal or special value, so that `0x10` and `1e10` are refused rather than
+  /// read as 16 s or 317 years.
+  static func seconds(_ value: String) -> Duration? {
+    let parts = value.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+    guard !value.isEmpty, value != ".", parts.count <= 2,
+      parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+      parts[0].count <= 9, parts.count == 1 || parts[1].count <= 9
+    else { return nil }
+    let whole = Int64(parts[0]) ?? 0
+    let fraction = parts.count == 2 ? String(parts[1]) : ""
+    let nanoseconds = Int64(fraction + String(repeating: "0", count: 9 - fraction.count)) ?? 0
+    return .seconds(whole) + .nanoseconds(nanoseconds)
+  }
+}

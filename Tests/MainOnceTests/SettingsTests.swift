@@ -1,0 +1,69 @@
+import Testing
+
+@testable import MainOnce
+
+@Suite("Settings and queue introspection")
+struct SettingsTests {
+  @Test(
+    "switches accept on/off, true/false, yes/no and 1/0 in any case, and nothing else",
+    arguments: [
+      ("on", true), ("OFF", false), ("true", true), ("False", false), ("yes", true), ("no", false),
+      ("1", true), ("0", false), ("bogus", nil), ("", nil), ("of", nil), ("2", nil),
+    ] as [(String, Bool?)])
+  func switchSpellings(_ text: String, _ expected: Bool?) {
+    #expect(Settings.switchValue(text) == expected)
+  }
+
+  @Test(
+    "durations are plain decimal seconds: no sign, exponent, hexadecimal or special value",
+    arguments: [
+      ("2", Duration.seconds(2)), ("0.25", .milliseconds(250)), (".5", .milliseconds(500)),
+      ("1.", .seconds(1)), ("0.001", .milliseconds(1)), ("86400", .seconds(86_400)),
+      ("1e10", nil), ("0x10", nil), ("-1", nil), ("+1", nil), ("inf", nil), ("nan", nil),
+      ("", nil), (".", nil), ("1.2.3", nil), (" 1", nil), ("1 ", nil), ("٣", nil),
+      ("9999999999", nil),
+    ] as [(String, Duration?)])
+  func durations(_ text: String, _ expected: Duration?) {
+    #expect(Settings.seconds(text) == expected)
+  }
+
+  @Test("queue introspection is on when every check passes, silently")
+  func introspectionOn() {
+    let verdict = QueueOwnership.Verdict.decide(
+      setting: nil, selfTest: { 0 }, wrapperHoldsQueue: { true })
+    #expect(verdict == .init(isAvailable: true, warning: nil))
+  }
+
+  @Test("turned off by the setting, queue introspection is off without a word")
+  func introspectionOffBySetting() {
+    let verdict = QueueOwnership.Verdict.decide(
+      setting: false,
+      selfTest: {
+        Issue.record("self-test ran"); return 0
+      },
+      wrapperHoldsQueue: { true })
+    #expect(verdict == .init(isAvailable: false, warning: nil))
+  }
+
+  @Test(
+    "any other fallback is off with a warning that gives the reason",
+    arguments: [
+      (Int32(3), true, "failed check 3 of MainOnce's layout self-test"),
+      (-1, true, "only on 64-bit Linux"),
+      (0, false, "does not hold its queue where expected"),
+    ])
+  func introspectionFallbackWarns(_ selfTest: Int32, _ wrapper: Bool, _ reason: String) throws {
+    let verdict = QueueOwnership.Verdict.decide(
+      setting: true, selfTest: { selfTest }, wrapperHoldsQueue: { wrapper })
+    #expect(!verdict.isAvailable)
+    let warning = try #require(verdict.warning)
+    #expect(warning.hasPrefix("MainOnce: queue introspection is off: "))
+    #expect(warning.contains(reason), "\(warning)")
+    #expect(warning.contains("MAINONCE_QUEUE_INTROSPECTION=off"))
+  }
+
+  @Test("in this process the layout self-test passes and main context is exact")
+  func selfTestPassesHere() {
+    #expect(MainContext.isExact)
+  }
+}
