@@ -130,7 +130,6 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Runs the builder and hands its outcome to every caller waiting for it.
   @MainActor
   private func runBuild(for flight: Flight) async {
-    Watchdog.noteMainQueueServed()
     // This is safe because the reference is kept in the runner only while this task builds
     // (`finishBuild` clears it, on this task), and it is only compared with callers' tasks.
     let task = withUnsafeCurrentTask { $0 }
@@ -170,6 +169,7 @@ extension Registry {
     }
     flight.queue.removeAll()
     retireIfIdle(flight)
+    deliveries.endOfStall = endOfStall(flight)
     return deliveries
   }
 }

@@ -40,9 +40,32 @@ enum DeadlockScenario: String, CaseIterable {
   /// `rawSemaphore` with an abort policy, a 300 ms stall timeout and a report handler, all set
   /// in code.
   case configuredInCode
+  /// Main-queue code waits for a worker with a deadline (a semaphore, then a group) while the
+  /// worker waits for an initializer: no deadlock, since the waits end by themselves.
+  case timedTrackedWaits
+  /// A worker signals, then needs the main queue; main-queue code then waits for its signal, as
+  /// a tracked wait: the semaphore is signalled already, so the wait returns at once.
+  case signalledTrackedWait
+  /// Main-queue code consumes 300 items from a producer, one every 10 ms, mostly blocked in a
+  /// semaphore, while a worker waits for the main queue: a main queue that makes progress.
+  case progressingMainQueue
+  /// `await onceOnMain` on a main queue that is never served.
+  case neverServedAsync
+  /// The completion form on a main queue that is never served.
+  case neverServedCompletion
+  /// `AsyncMainLazy` on a main queue that is never served.
+  case neverServedAsyncLazy
+  /// The main thread serves the main queue in `RunLoop.main.run(until:)`, then blocks 3 s in a
+  /// semaphore while a worker waits for it.
+  case servedThenBlocked
+  /// 64 threads wait for one initializer that sleeps 2.5 s.
+  case manyWaiters
+  /// A stall timeout of 15 s is lowered to 100 ms in code while a caller waits.
+  case loweredStallTimeout
 
   enum Tokens {
     static let token = MainOnceToken("deadlock scenario")
+    static let lazy = AsyncMainLazy { 42 }
   }
 
   func run() -> Never {
@@ -155,6 +178,93 @@ enum DeadlockScenario: String, CaseIterable {
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
+        _ = never.wait(timeout: .now() + 3)
+      }
+    case .timedTrackedWaits:
+      let worker = WaitTarget.work("worker")
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        let group = DispatchGroup()
+        group.enter()
+        Thread {
+          worker.perform { onceOnMain(token: Tokens.token) {} }
+          done.signal()
+          group.leave()
+        }.start()
+        usleep(200_000)  // the worker waits for the initializer by now
+        let first = done.wait(for: worker, timeout: .now() + .milliseconds(300))
+        let second = group.wait(for: worker, timeout: .now() + .milliseconds(300))
+        DispatchQueue.global().async {
+          _ = group.wait(timeout: .now() + 10)
+          finish("timed waits: \(first), \(second); the worker finished")
+        }
+      }
+    case .signalledTrackedWait:
+      let worker = WaitTarget.work("worker")
+      let done = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread {
+          worker.perform {
+            done.signal()
+            onceOnMain(token: Tokens.token) {}
+          }
+        }.start()
+        usleep(200_000)  // the worker has signalled, and waits for the initializer by now
+        done.wait(for: worker)
+        DispatchQueue.global().async { callAndFinish() }
+      }
+    case .progressingMainQueue:
+      let item = DispatchSemaphore(value: 0)
+      Thread {
+        for _ in 0..<300 {
+          usleep(10_000)
+          item.signal()
+        }
+      }.start()
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        for _ in 0..<300 { item.wait() }
+      }
+    case .neverServedAsync:
+      Task.detached {
+        try await onceOnMain(token: Tokens.token) {}
+        finish("the initializer ran")
+      }
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
+    case .neverServedCompletion:
+      onceOnMain(token: Tokens.token, completionQueue: .global()) {
+      } completion: {
+        finish("the initializer ran")
+      }
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
+    case .neverServedAsyncLazy:
+      Task.detached {
+        _ = try await Tokens.lazy.value
+        finish("the builder ran")
+      }
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
+    case .servedThenBlocked:
+      DispatchQueue.main.async { print("the run loop served the main queue") }
+      RunLoop.main.run(until: .now + 0.2)
+      Thread { callAndFinish() }.start()
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 3)
+    case .manyWaiters:
+      Thread { onceOnMain(token: Tokens.token) { usleep(2_500_000) } }.start()
+      usleep(100_000)
+      for _ in 0..<63 { Thread { onceOnMain(token: Tokens.token) {} }.start() }
+      Thread {
+        usleep(200_000)
+        callAndFinish()
+      }.start()
+    case .loweredStallTimeout:
+      DeadlockDetection.stallTimeout = .seconds(15)
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        Thread {
+          usleep(300_000)  // the caller waits, and the watchdog sleeps for 15 s, by now
+          DeadlockDetection.stallTimeout = .milliseconds(100)
+        }.start()
         _ = never.wait(timeout: .now() + 3)
       }
     case .nestedSyncWithoutIntrospection:

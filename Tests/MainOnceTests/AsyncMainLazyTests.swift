@@ -27,7 +27,7 @@ private final class BuildScript: Sendable {
   func finishBuild() { gate.signal() }
 }
 
-@Suite("AsyncMainLazy")
+@Suite("AsyncMainLazy", .testProcessSettings)
 struct AsyncMainLazyTests {
   @Test("concurrent callers join one build")
   func callersJoinOneBuild() async throws {

@@ -10,7 +10,7 @@ private struct AttemptFailed: Error, Equatable {
   let caller: Int
 }
 
-@Suite("await onceOnMain")
+@Suite("await onceOnMain", .testProcessSettings)
 struct AsyncOnceOnMainTests {
   enum Tokens {
     static let mixedRace = MainOnceToken("mixed race")

@@ -7,7 +7,7 @@ import Testing
 
 private struct SetupFailed: Error, Equatable {}
 
-@Suite("onceOnMain with a completion handler")
+@Suite("onceOnMain with a completion handler", .testProcessSettings)
 struct CompletionFormTests {
   enum Tokens {
     static let ordered = MainOnceToken("ordered completions")

@@ -23,7 +23,7 @@ final class MainOnlyStack {
 
 private let builds = Atomic(0)
 
-@Suite("MainLazy")
+@Suite("MainLazy", .testProcessSettings)
 struct MainLazyTests {
   enum Values {
     static let stack = MainLazy { Stack(serial: builds.add(1, ordering: .relaxed).newValue) }

@@ -10,7 +10,7 @@ private struct Failure: Error, Equatable {
   let caller: Int
 }
 
-@Suite("onceOnMain")
+@Suite("onceOnMain", .testProcessSettings)
 struct OnceOnMainTests {
   enum Tokens {
     static let race = MainOnceToken("race")

@@ -74,7 +74,7 @@ private final class Tracked {
 
 private final class Plain {}
 
-@Suite("Once per object")
+@Suite("Once per object", .testProcessSettings)
 struct PerObjectTests {
   @Test("each call site runs once per object, in main context, across threads")
   func oncePerObjectAndSite() async {

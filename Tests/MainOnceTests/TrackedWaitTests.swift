@@ -5,7 +5,7 @@ import Testing
 
 @testable import MainOnce
 
-@Suite("Tracked waits")
+@Suite("Tracked waits", .testProcessSettings)
 struct TrackedWaitTests {
   @Test("a tracked wait returns what the wait returns and leaves no edge behind")
   func trackedWaitLeavesNoEdge() async {

@@ -6,21 +6,25 @@ internal import Synchronization
 /// ``onceOnMain(token:file:line:_:)`` or on a ``MainLazy``, and tracked waits such as
 /// ``withTrackedWait(for:file:line:_:)`` and `DispatchSemaphore.wait(for:file:line:)`. Before a
 /// thread blocks, MainOnce checks whether the wait would close a cycle (the main queue waits for
-/// the caller while the caller waits for the main queue). Such a wait can never end: by default
-/// MainOnce stops the process with a report that lists every edge.
+/// the caller while the caller waits for the main queue). Only a wait with no deadline counts:
+/// such a cycle can never end, and by default MainOnce stops the process with a report that
+/// lists every edge.
 ///
 /// Waits MainOnce cannot see, such as a raw `semaphore.wait()` on the main queue, are caught by
-/// a watchdog: when a caller's wait for the main queue has not ended within ``stallTimeout``,
-/// it reads what the thread holding the main queue is doing from `/proc/self/task/<tid>` and
-/// reports it. By default that report is printed and the wait goes on, because a busy or
-/// sleeping main queue may still get to it.
+/// a watchdog. When the callers of an initializer that runs in main context, in any form
+/// (blocked threads, suspended tasks, completion handlers), have waited ``stallTimeout``, it
+/// reads what the thread in the way is doing from `/proc/self/task/<tid>` and reports it, once
+/// per cell. By default the wait goes on, because a busy or sleeping main queue may still get to
+/// it.
 ///
 /// The defaults can be changed in code, or before the process starts with environment
 /// variables:
 ///
 /// - `MAINONCE_DEADLOCK=abort|report|off` sets both ``cycleResponse`` and ``stallResponse``.
-/// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout`` (at least 0.001).
+/// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout``: a decimal number from 0.001 to
+///   86400.
 ///
+/// A value MainOnce does not understand is ignored with a warning that starts with `MainOnce:`.
 /// Settings made in code replace those from the environment. Nothing here is on the fast path
 /// of a done token.
 public enum DeadlockDetection {
@@ -31,7 +35,7 @@ public enum DeadlockDetection {
     case abort
     /// Deliver the report and go on waiting.
     case report
-    /// Do not look. Cycles are not checked; the watchdog does not run.
+    /// Do not look: cycles are not checked, and the watchdog does not watch.
     case off
   }
 
@@ -42,30 +46,43 @@ public enum DeadlockDetection {
     set { cycleResponseCode.store(newValue.code, ordering: .relaxed) }
   }
 
-  /// What to do when a wait for the main queue stalls. Defaults to ``Response/report``. With
-  /// ``Response/abort``, MainOnce stops the process only when the thread holding the main queue,
-  /// or the thread running the initializer, is blocked on a lock or semaphore (in `futex`); a
-  /// main queue that is busy, sleeping or idle in an event loop is only reported. A wait that
-  /// goes on is sampled again every ``stallTimeout``, so a main queue that blocks later is
-  /// still caught.
+  /// What to do when an initialization keeps its callers waiting. Defaults to
+  /// ``Response/report``.
+  ///
+  /// With ``Response/abort``, MainOnce stops the process only on evidence that nothing will
+  /// change: the thread in the way (holding the main queue, or running the initializer) is
+  /// blocked in `futex` and has not run at all for a whole ``stallTimeout`` since the last look,
+  /// so no earlier than two timeouts after the wait began. A main queue that is busy, sleeping,
+  /// idle in an event loop, or blocked but waking up from time to time is only reported.
   public static var stallResponse: Response {
     get { Response(code: stallResponseCode.load(ordering: .relaxed)) }
     set { stallResponseCode.store(newValue.code, ordering: .relaxed) }
   }
 
-  /// How long a wait for the main queue may last before the watchdog looks at the main queue.
-  /// Defaults to one second; set it with ``setStallTimeout(_:file:line:)``.
+  /// How long callers may wait for an initializer before the watchdog looks, and then how often
+  /// it looks again. Defaults to one second.
+  ///
+  /// It must be from 1 ms to one day: a shorter timeout would report every hop. Setting a value
+  /// outside that range stops the process with a `MainOnce:` message; use
+  /// ``setStallTimeout(_:file:line:)`` to have the message name your line. A new value takes
+  /// effect at once, also for waits in progress.
   public static var stallTimeout: Duration {
-    .nanoseconds(stallTimeoutNanoseconds.load(ordering: .relaxed))
+    get { .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed))) }
+    set {
+      guard validStallTimeouts.contains(newValue) else {
+        fatalError(
+          "MainOnce: DeadlockDetection.stallTimeout must be from 1 ms to 1 day, not \(newValue):"
+            + " a shorter one would report every hop")
+      }
+      store(newValue)
+    }
   }
 
-  /// Sets ``stallTimeout``. It must be at least a millisecond: a shorter timeout would report
-  /// every hop.
-  ///
-  /// A method rather than a setter, so that a misuse message can name the caller's line.
+  /// Sets ``stallTimeout``, stopping the process with a message that names the caller's line if
+  /// `timeout` is not from 1 ms to one day.
   ///
   /// - Parameters:
-  ///   - timeout: How long a wait may last before the watchdog looks.
+  ///   - timeout: How long callers may wait before the watchdog looks.
   ///   - file: The caller's file, for the misuse message; leave the default.
   ///   - line: The caller's line, for the misuse message; leave the default.
   public static func setStallTimeout(
@@ -77,7 +94,13 @@ public enum DeadlockDetection {
           + " would report every hop",
         at: CallSite(file: file, line: line))
     }
-    stallTimeoutNanoseconds.store(timeout.nanoseconds, ordering: .relaxed)
+    store(timeout)
+  }
+
+  /// Stores a valid timeout, and has the watchdog take it into account at once.
+  private static func store(_ timeout: Duration) {
+    stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
+    Watchdog.settingsChanged()
   }
 
   /// Receives every report instead of standard error, for example to route it to a logger.
@@ -89,6 +112,10 @@ public enum DeadlockDetection {
     set { handler.withLock { $0 = newValue } }
   }
 
+  /// The stall timeouts MainOnce accepts: from a millisecond (a shorter one would report every
+  /// hop) to a day.
+  static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
+
   /// The settings in force, read with relaxed loads on the slow paths that need them.
   struct Snapshot {
     let cycleResponse: Response
@@ -99,46 +126,36 @@ public enum DeadlockDetection {
       Snapshot(
         cycleResponse: DeadlockDetection.cycleResponse,
         stallResponse: DeadlockDetection.stallResponse,
-        stallTimeoutNanoseconds: UInt64(
-          DeadlockDetection.stallTimeoutNanoseconds.load(ordering: .relaxed)))
+        stallTimeoutNanoseconds: DeadlockDetection.stallTimeoutNanoseconds.load(ordering: .relaxed)
+      )
     }
   }
 
-  /// The stall timeouts MainOnce accepts: from a millisecond (a shorter one would report every
-  /// hop) to a day.
-  static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
-
-  /// The defaults, adjusted by `MAINONCE_DEADLOCK` and `MAINONCE_STALL_TIMEOUT`.
-  private static let environment: (cycle: Response, stall: Response, timeout: Duration) = (
-    cycle: Settings.deadlockResponse ?? .abort, stall: Settings.deadlockResponse ?? .report,
-    timeout: Settings.stallTimeout ?? .seconds(1)
-  )
-
-  private static let cycleResponseCode = Atomic(environment.cycle.code)
-  private static let stallResponseCode = Atomic(environment.stall.code)
-  fileprivate static let stallTimeoutNanoseconds = Atomic(environment.timeout.nanoseconds)
+  private static let cycleResponseCode = Atomic((Settings.deadlockResponse ?? .abort).code)
+  private static let stallResponseCode = Atomic((Settings.deadlockResponse ?? .report).code)
+  private static let stallTimeoutNanoseconds = Atomic<UInt64>(
+    (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
   private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
 
-  /// Starts a tracked wait: checks for a cycle, records the wait, and reacts to a cycle.
-  /// Returns the wait it replaces on this thread, for ``endWait(on:restoring:)``.
-  static func beginWait(_ wait: BlockedWait, on thread: ThreadID) -> BlockedWait? {
+  /// Starts a tracked wait: checks for a cycle, records the wait, and reacts to a cycle unless
+  /// `recheck` finds that the wait no longer needs to block. Returns the wait it replaces on
+  /// this thread, for ``endWait(on:restoring:)``.
+  static func beginWait(
+    _ wait: BlockedWait, on thread: ThreadID, recheck: (() -> Bool)?
+  ) -> BlockedWait? {
     let response = cycleResponse
     let (previous, cycle) = Registry.shared.withLock { registry in
-      let (previous, cycle) = registry.beginWait(
-        wait, on: thread, checkingCycles: response != .off)
-      return (
-        previous,
-        cycle.map { DeadlockReport.cycle($0, stops: response == .abort) }
-      )
+      registry.beginWait(wait, on: thread, checkingCycles: response != .off)
     }
-    cycle?.deliver(at: wait.site)
+    if let cycle, !(recheck?() ?? false) {
+      DeadlockReport.cycle(cycle, stops: response == .abort).deliver(at: wait.site)
+    }
     return previous
   }
 
   /// Ends a wait, putting back the one it replaced.
   static func endWait(on thread: ThreadID, restoring previous: BlockedWait?) {
-    let ended = Registry.shared.withLock { $0.endWait(on: thread, restoring: previous) }
-    Watchdog.reportEnd(of: ended, on: thread)
+    Registry.shared.withLock { $0.endWait(on: thread, restoring: previous) }
   }
 }
 
@@ -153,5 +170,12 @@ extension DeadlockDetection.Response {
 
   fileprivate init(code: UInt8) {
     self = code == 0 ? .abort : code == 1 ? .report : .off
+  }
+}
+
+extension Duration {
+  /// The duration in whole nanoseconds; for a duration from zero to a day.
+  fileprivate var wholeNanoseconds: UInt64 {
+    UInt64(components.seconds) * 1_000_000_000 + UInt64(components.attoseconds / 1_000_000_000)
   }
 }

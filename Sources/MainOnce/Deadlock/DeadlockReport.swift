@@ -40,34 +40,47 @@ extension DeadlockReport {
           + " in \(edge.wait.call);"
           + " blocked by \(edge.blocker.thread)\(edge.blocker.reason)")
     }
+    let involvesMainQueue = cycle.contains {
+      $0.wait.holdsMainQueue || $0.blocker.reason == Blocker.holdsMainQueue
+    }
     lines.append(
-      "hint: code that holds the main queue must not block on work that needs the main queue."
-        + " Use `await onceOnMain(token:)` or the completion form, which never block a thread,"
-        + " or run the initializer before the main queue starts waiting.")
+      involvesMainQueue
+        ? "hint: code that holds the main queue must not block on work that needs the main"
+          + " queue. Use `await onceOnMain(token:)` or the completion form, which never block a"
+          + " thread, or run the initializer before the main queue starts waiting."
+        : "hint: each of these waits can end only after the next one has: none ever will. Don't"
+          + " wait, inside once-only work, for work that waits for it.")
     return DeadlockReport(kind: .cycle, stopsProcess: stops, text: lines.joined(separator: "\n"))
   }
 
-  /// Describes what a wait is for, as the object of "waits for …".
+  /// Describes what a wait is for, as the object of "waits for …". A per-object cell is named
+  /// without its call site, which the wait's own call names already.
   static func describe(_ object: WaitObject) -> String {
     switch object {
     case .flight(let flight):
-      "the initializer of \(flight.label)"
+      if case .object(let typeName, _, _) = flight.label {
+        "the \(flight.label.work) for the same \(typeName)"
+      } else {
+        "the \(flight.label.work) of \(flight.label)"
+      }
     case .target(let target):
       "\(target)"
     }
   }
 
   /// Hands the report to the report handler, or writes it to standard error, and stops the
-  /// process if it says so, attributing the stop to `site`.
+  /// process if it says so, attributing the stop to `site`, the call that waits.
   ///
   /// A report that stops the process is the `fatalError` message itself, so that it reaches
   /// whatever records the message of a crash, and its first line is the report's first line.
-  func deliver(at site: CallSite) {
+  func deliver(at site: CallSite?) {
     if let handler = DeadlockDetection.reportHandler {
       handler(self)
     } else if !stopsProcess {
       Platform.writeToStandardError(text + "\n")
     }
-    if stopsProcess { Diagnostics.fail(text, at: site) }
+    guard stopsProcess else { return }
+    guard let site else { fatalError(text) }
+    Diagnostics.fail(text, at: site)
   }
 }

@@ -46,7 +46,27 @@ struct ThreadActivity: Equatable, CustomStringConvertible {
   }
 }
 
+/// How much a thread has run: evidence of progress between two readings. A thread blocked in
+/// the same wait for good reads the same every time; one that wakes, even briefly, does not.
+struct ThreadProgress: Equatable {
+  /// Nanoseconds on a CPU and times scheduled in, from `/proc/self/task/<tid>/schedstat`.
+  let runNanoseconds: UInt64
+  let timeslices: UInt64
+}
+
 enum ThreadSampler {
+  /// One reading of how much `thread` has run; `nil` where `/proc` does not say.
+  static func progress(of thread: ThreadID) -> ThreadProgress? {
+    guard let text = contents(of: "/proc/self/task/\(thread.rawValue)/schedstat") else {
+      return nil
+    }
+    let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap {
+      UInt64($0)
+    }
+    guard fields.count == 3 else { return nil }
+    return ThreadProgress(runNanoseconds: fields[0], timeslices: fields[2])
+  }
+
   /// Samples `thread` until three readings 30 ms apart agree, for at most about a second.
   static func stableActivity(of thread: ThreadID) -> ThreadActivity {
     var readings: [ThreadActivity] = [activity(of: thread)]

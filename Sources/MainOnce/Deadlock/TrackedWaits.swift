@@ -35,20 +35,30 @@ public func withTrackedWait<Result, Failure: Error>(
 
 extension DispatchSemaphore {
   /// Waits for a signal that `target` will send, as a tracked wait (see
-  /// ``withTrackedWait(for:file:line:_:)``).
+  /// ``withTrackedWait(for:file:line:_:)``). A semaphore that is signalled already returns at
+  /// once, without recording anything.
   ///
   /// - Parameters:
   ///   - target: Whom the signal comes from.
   ///   - file: The caller's file, for reports; leave the default.
   ///   - line: The caller's line, for reports; leave the default.
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
+    if wait(timeout: .now()) == .success { return }
+    var signalled = false
     trackingWait(
       for: target, operation: "DispatchSemaphore.wait(for:)",
-      site: CallSite(file: file, line: line)
-    ) { wait() }
+      site: CallSite(file: file, line: line),
+      recheck: {
+        signalled = self.wait(timeout: .now()) == .success
+        return signalled
+      }
+    ) { if !signalled { wait() } }
   }
 
   /// Waits at most until `timeout` for a signal that `target` will send, as a tracked wait.
+  ///
+  /// A wait with a deadline is never part of a proven cycle: it ends by itself. It is recorded
+  /// so that a report about a stalled main queue can name it.
   ///
   /// - Parameters:
   ///   - target: Whom the signal comes from.
@@ -60,28 +70,39 @@ extension DispatchSemaphore {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    trackingWait(
+    if wait(timeout: .now()) == .success { return .success }
+    return trackingWait(
       for: target, operation: "DispatchSemaphore.wait(for:timeout:)",
-      site: CallSite(file: file, line: line)
+      site: CallSite(file: file, line: line), hasDeadline: true
     ) { wait(timeout: timeout) }
   }
 }
 
 extension DispatchGroup {
   /// Waits until the group's work, done by `target`, has finished, as a tracked wait (see
-  /// ``withTrackedWait(for:file:line:_:)``).
+  /// ``withTrackedWait(for:file:line:_:)``). A group with no work left returns at once, without
+  /// recording anything.
   ///
   /// - Parameters:
   ///   - target: Who does the group's work.
   ///   - file: The caller's file, for reports; leave the default.
   ///   - line: The caller's line, for reports; leave the default.
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
+    if wait(timeout: .now()) == .success { return }
+    var finished = false
     trackingWait(
-      for: target, operation: "DispatchGroup.wait(for:)", site: CallSite(file: file, line: line)
-    ) { wait() }
+      for: target, operation: "DispatchGroup.wait(for:)", site: CallSite(file: file, line: line),
+      recheck: {
+        finished = self.wait(timeout: .now()) == .success
+        return finished
+      }
+    ) { if !finished { wait() } }
   }
 
   /// Waits at most until `timeout` for the group's work, done by `target`, as a tracked wait.
+  ///
+  /// A wait with a deadline is never part of a proven cycle: it ends by itself. It is recorded
+  /// so that a report about a stalled main queue can name it.
   ///
   /// - Parameters:
   ///   - target: Who does the group's work.
@@ -93,9 +114,10 @@ extension DispatchGroup {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    trackingWait(
+    if wait(timeout: .now()) == .success { return .success }
+    return trackingWait(
       for: target, operation: "DispatchGroup.wait(for:timeout:)",
-      site: CallSite(file: file, line: line)
+      site: CallSite(file: file, line: line), hasDeadline: true
     ) { wait(timeout: timeout) }
   }
 }
@@ -129,17 +151,24 @@ extension DispatchQueue {
 }
 
 /// Registers a blocking wait for the deadlock detector around `wait`.
+///
+/// A cycle is proven only for a wait that would block with no deadline. `recheck`, if given,
+/// tries to finish the wait without blocking; when a cycle is found it is tried once more, so
+/// that a signal that arrived meanwhile is not taken for a deadlock (`wait` must then return at
+/// once).
 func trackingWait<Result, Failure: Error>(
   for target: WaitTarget,
   operation: StaticString,
   site: CallSite,
+  hasDeadline: Bool = false,
+  recheck: (() -> Bool)? = nil,
   _ wait: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
   let thread = ThreadRecord.current
   let blocked = BlockedWait(
     object: .target(target), operation: operation, site: site,
-    holdsMainQueue: MainContext.isCurrent(on: thread))
-  let previous = DeadlockDetection.beginWait(blocked, on: thread.id)
+    holdsMainQueue: MainContext.isCurrent(on: thread), hasDeadline: hasDeadline)
+  let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: recheck)
   defer { DeadlockDetection.endWait(on: thread.id, restoring: previous) }
   return try wait()
 }

@@ -6,7 +6,7 @@ enum WaitObject {
   case target(WaitTarget)
 }
 
-/// One edge of the wait-for graph: a thread blocked on something, since when, from where.
+/// One edge of the wait-for graph: a thread blocked on something, from where.
 struct BlockedWait {
   let object: WaitObject
   let operation: StaticString
@@ -16,24 +16,20 @@ struct BlockedWait {
   let siteIsCaller: Bool
   /// Whether the waiting thread holds the main queue while it waits.
   let holdsMainQueue: Bool
-  let since: UInt64 = Platform.monotonicNanoseconds()
-  /// When the watchdog next samples the thread in the way; set when the wait is recorded.
-  var nextCheck: UInt64 = 0
-  /// Set once the watchdog has reported this wait as stalled.
-  var stallReported = false
-  /// Set once the watchdog has reported the thread in the way as blocked on a lock: its last
-  /// word on this wait.
-  var blockedReported = false
+  /// Whether the wait ends by itself at a deadline. Such a wait can be in a report, but never
+  /// in a proof: it will end, and everything waiting on it can go on.
+  let hasDeadline: Bool
 
   init(
     object: WaitObject, operation: StaticString, site: CallSite, siteIsCaller: Bool = true,
-    holdsMainQueue: Bool
+    holdsMainQueue: Bool, hasDeadline: Bool = false
   ) {
     self.object = object
     self.operation = operation
     self.site = site
     self.siteIsCaller = siteIsCaller
     self.holdsMainQueue = holdsMainQueue
+    self.hasDeadline = hasDeadline
   }
 
   /// The blocking call, for reports: `onceOnMain(token:) at App/Store.swift:31`.
@@ -47,6 +43,8 @@ struct Blocker {
   let thread: ThreadID
   /// Why this thread blocks the wait, as the end of a report line: ", which holds the main queue".
   let reason: String
+
+  static let holdsMainQueue = ", which holds the main queue"
 }
 
 /// One line of a cycle: `waiter` is blocked in `wait` by `blocker`.
@@ -69,34 +67,24 @@ extension Registry {
   }
 
   /// Records that `thread` is about to block until `flight`'s initializer has run, checking
-  /// for a cycle and, for an initializer that runs on the main queue, waking the watchdog as
-  /// `detection` says. (`runOnce(for:)` runs its body on the calling thread: nothing for the
-  /// watchdog to watch.)
+  /// for a cycle as `detection` says.
   mutating func beginWait(
     for flight: Flight, site: CallSite, on thread: ThreadID,
     detection: DeadlockDetection.Snapshot
   ) -> (previous: BlockedWait?, cycle: DeadlockReport?) {
-    var wait = BlockedWait(
+    let wait = BlockedWait(
       object: .flight(flight), operation: flight.label.operation, site: site,
       siteIsCaller: flight.label.hasCallSites, holdsMainQueue: false)
-    wait.nextCheck = wait.since + detection.stallTimeoutNanoseconds
     let (previous, cycle) = beginWait(
       wait, on: thread, checkingCycles: detection.cycleResponse != .off)
-    if flight.policy == .mainQueue && detection.stallResponse != .off {
-      Watchdog.watch(&self)
-    }
     return (
-      previous,
-      cycle.map { DeadlockReport.cycle($0, stops: detection.cycleResponse == .abort) }
+      previous, cycle.map { DeadlockReport.cycle($0, stops: detection.cycleResponse == .abort) }
     )
   }
 
   /// Ends `thread`'s wait, putting back the one it replaced; returns the wait that ended.
-  mutating func endWait(on thread: ThreadID, restoring previous: BlockedWait?) -> BlockedWait? {
-    if let previous {
-      return waits.updateValue(previous, forKey: thread)
-    }
-    return waits.removeValue(forKey: thread)
+  mutating func endWait(on thread: ThreadID, restoring previous: BlockedWait?) {
+    waits[thread] = previous
   }
 
   mutating func beginPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
@@ -115,11 +103,13 @@ extension Registry {
   /// The common case, where nothing `wait` depends on is itself waiting, returns without
   /// allocating.
   func cycle(closedBy wait: BlockedWait, on thread: ThreadID) -> [CycleEdge]? {
+    if wait.hasDeadline { return nil }
     let holdsMainQueue = wait.holdsMainQueue
     var mayCycle = false
     forEachBlocker(of: wait, waiter: thread, asker: thread, askerHoldsMainQueue: holdsMainQueue) {
       blocker in
-      mayCycle = blocker.thread == thread || waits[blocker.thread] != nil
+      mayCycle =
+        blocker.thread == thread || waits[blocker.thread].map { !$0.hasDeadline } ?? false
       return !mayCycle
     }
     guard mayCycle else { return nil }
@@ -133,7 +123,9 @@ extension Registry {
       ) { blocker in
         path.append(CycleEdge(waiter: waiter, wait: wait, blocker: blocker))
         if blocker.thread == thread { found = true }
-        if !found, visited.insert(blocker.thread).inserted, let next = waits[blocker.thread] {
+        if !found, visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
+          !next.hasDeadline
+        {
           found = follow(blocker.thread, next)
         }
         if !found { path.removeLast() }
@@ -182,7 +174,7 @@ extension Registry {
   private func forEachMainQueueHolder(
     asker: ThreadID, askerHoldsMainQueue: Bool, _ body: (Blocker) -> Bool
   ) {
-    let reason = ", which holds the main queue"
+    let reason = Blocker.holdsMainQueue
     switch QueueOwnership.ownerOfMainQueue() {
     case .thread(let owner):
       _ = body(Blocker(thread: owner, reason: reason))

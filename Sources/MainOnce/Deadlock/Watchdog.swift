@@ -1,5 +1,4 @@
 internal import Dispatch
-internal import Synchronization
 
 #if canImport(Glibc)
   internal import Glibc
@@ -12,35 +11,44 @@ internal import Synchronization
 /// The watchdog thread's bookkeeping, kept in the ``Registry``.
 struct WatchdogState {
   var isStarted = false
-  /// Parked without a timeout, because nothing has waited for a while.
+  /// Parked without a timeout, because nothing has been watched for a while.
   var isParked = false
   /// Rounds in a row with nothing to watch.
   var idleRounds = 0
 }
 
-/// Reports waits for the main queue that do not end, explaining what the main queue is doing.
+/// The watchdog's notes on one flight it has looked at.
+struct StallWatch {
+  /// When it looks next.
+  var nextLook: UInt64
+  /// The thread in the flight's way at the last look, and how much it had run: what the next
+  /// look compares with to tell a thread that is stuck from one that makes progress.
+  var baseline: (thread: ThreadID, progress: ThreadProgress)?
+  /// Set once a look has found the thread in the way blocked without progress: the last word
+  /// on this flight.
+  var isEscalated = false
+  /// When the oldest caller started waiting, as of the first report.
+  let waitingSince: UInt64
+}
+
+/// Reports initializations that keep their callers waiting, explaining what is in the way.
 ///
-/// One thread, started by the first wait for the main queue. While anything waits, it sleeps
-/// until the next wait reaches the stall timeout; when nothing waits it sleeps one timeout at a
-/// time (so a new wait never needs to wake it), and after a minute of that it parks until the
-/// next wait wakes it. A wait costs its thread no system call.
+/// One thread, started by the first caller that waits for an initializer in main context, in
+/// any form: a blocked thread, a suspended task, a kept completion handler. It watches flights,
+/// not threads: a cell whose callers have waited the stall timeout is reported once, with every
+/// caller listed, then looked at again every stall timeout. It is reported a second time only
+/// when the thread in its way is found blocked in `futex` without having run at all since the
+/// look before; that is the only finding that stops the process, with ``DeadlockDetection/
+/// Response/abort``. When a reported flight ends, the watchdog says so.
 ///
-/// A stalled wait is reported once. While it goes on, the thread in its way is sampled again
-/// every stall timeout, and the wait is reported a second time only if that thread turns out to
-/// be blocked on a lock, which is the finding that can stop the process: a main queue that was
-/// busy and then blocks waiting for the caller is not missed.
+/// While anything is watched it sleeps until the next look is due; with nothing to watch it
+/// sleeps one timeout at a time, and after a minute of that it parks until woken. A waiting
+/// caller costs no system call.
 enum Watchdog {
   private static let wakeUp = DispatchSemaphore(value: 0)
   static let idleRoundsBeforeParking = 60
 
-  /// Whether a MainOnce hop has ever run on the main queue in this process.
-  static let hasSeenMainQueueServed = Atomic(false)
-
-  static func noteMainQueueServed() {
-    hasSeenMainQueueServed.store(true, ordering: .relaxed)
-  }
-
-  /// Notes a new wait for the main queue. Called under the registry lock.
+  /// Notes a new caller waiting for an initializer in main context. Under the registry lock.
   static func watch(_ registry: inout Registry) {
     if !registry.watchdog.isStarted {
       registry.watchdog.isStarted = true
@@ -51,15 +59,9 @@ enum Watchdog {
     }
   }
 
-  /// Reports that a wait has ended, if it was reported as stalled.
-  static func reportEnd(of wait: BlockedWait?, on thread: ThreadID) {
-    guard let wait, wait.stallReported else { return }
-    let seconds = Double(Platform.monotonicNanoseconds() - wait.since) / 1e9
-    let report = DeadlockReport(
-      kind: .stallEnded, stopsProcess: false,
-      text: "MainOnce: \(thread)'s wait in \(wait.call) ended after"
-        + " \(seconds.formatted(decimals: 1)) s")
-    report.deliver(at: wait.site)
+  /// Makes the watchdog look again now: a setting has changed.
+  static func settingsChanged() {
+    if Registry.shared.withLock({ $0.watchdog.isStarted }) { wakeUp.signal() }
   }
 
   private static func startThread() {
@@ -77,18 +79,16 @@ enum Watchdog {
   private static func run() -> Never {
     while true {
       let settings = DeadlockDetection.Snapshot.current
-      let timeout = settings.stallTimeoutNanoseconds
       let now = Platform.monotonicNanoseconds()
-      let (stalls, sleep) = Registry.shared.withLock { registry in
-        registry.collectStalls(
-          now: now, timeout: timeout, watching: settings.stallResponse != .off)
+      let (looks, sleep) = Registry.shared.withLock { registry in
+        registry.dueLooks(now: now, settings: settings)
       }
-      for stall in stalls {
-        let (report, isBlocked) = stall.report(stops: settings.stallResponse == .abort)
-        // A re-check speaks only when it finds the thread in the way blocked on a lock.
-        if stall.isRecheck && !isBlocked { continue }
-        let isCurrent = Registry.shared.withLock { $0.noteReported(stall, isBlocked: isBlocked) }
-        if isCurrent { report.deliver(at: stall.wait.site) }
+      for look in looks {
+        let finding = look.sample()
+        let report = Registry.shared.withLock { registry in
+          registry.record(finding, of: look, stops: settings.stallResponse == .abort, now: now)
+        }
+        report?.deliver(at: look.site)
       }
       if let sleep {
         _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: sleep)))
@@ -100,222 +100,84 @@ enum Watchdog {
 }
 
 extension Registry {
-  /// Returns the waits for the main queue that are due for a look (they have lasted the stall
-  /// timeout, or the last look was a timeout ago), scheduling their next look, and how long the
-  /// watchdog may sleep (`nil`: park until woken).
-  mutating func collectStalls(now: UInt64, timeout: UInt64, watching: Bool) -> ([Stall], UInt64?) {
-    var stalls: [Stall] = []
+  /// The flights due for a look: their callers have waited the stall timeout, or the last look
+  /// was a timeout ago. Schedules their next look, and returns how long the watchdog may sleep
+  /// (`nil`: park until woken).
+  mutating func dueLooks(now: UInt64, settings: DeadlockDetection.Snapshot) -> ([Look], UInt64?) {
+    let timeout = settings.stallTimeoutNanoseconds
+    var looks: [Look] = []
     var nextDeadline: UInt64?
-    for (thread, wait) in waits where watching && !wait.blockedReported {
-      guard case .flight(let flight) = wait.object, flight.policy == .mainQueue,
-        flight.outcome == nil
+    for flight in activeFlights.values where settings.stallResponse != .off {
+      guard flight.policy != .callingThread, flight.outcome == nil,
+        flight.watch?.isEscalated != true,
+        let oldest = flight.queue.lazy.filter(\.isWaiting).map(\.since).min()
       else { continue }
-      var deadline = wait.nextCheck
-      if deadline <= now {
-        deadline = now + timeout
-        waits[thread]?.nextCheck = deadline
-        stalls.append(stall(of: thread, waitingIn: wait, for: flight))
+      var due = flight.watch?.nextLook ?? oldest + timeout
+      if due <= now {
+        looks.append(look(at: flight, since: oldest, now: now, timeout: timeout))
+        due = now + timeout
+        flight.watch?.nextLook = due
       }
-      nextDeadline = min(nextDeadline ?? deadline, deadline)
+      nextDeadline = min(nextDeadline ?? due, due)
     }
     if let nextDeadline {
       watchdog.idleRounds = 0
-      return (stalls, nextDeadline - now)
+      return (looks, nextDeadline - now)
     }
     watchdog.idleRounds += 1
     if watchdog.idleRounds > Watchdog.idleRoundsBeforeParking {
       watchdog.isParked = true
-      return (stalls, nil)
+      return (looks, nil)
     }
-    return (stalls, timeout)
+    return (looks, timeout)
   }
 
-  /// Records that the watchdog reported `stall`, and whether it found the thread in the way
-  /// blocked on a lock. Returns `false` if the wait has ended meanwhile: then there is nothing to
-  /// report.
-  mutating func noteReported(_ stall: Stall, isBlocked: Bool) -> Bool {
-    guard let wait = waits[stall.waiter], wait.since == stall.wait.since else { return false }
-    waits[stall.waiter]?.stallReported = true
-    if isBlocked { waits[stall.waiter]?.blockedReported = true }
-    return true
-  }
-
-  private func stall(of thread: ThreadID, waitingIn wait: BlockedWait, for flight: Flight) -> Stall
+  /// Takes the watchdog's `finding` into account for the flight it was made for, and returns
+  /// what to report: the first look always reports; later ones only when the thread in the way
+  /// is blocked without progress, which stops the process if `stops`. Nothing, if the flight
+  /// has ended meanwhile.
+  mutating func record(_ finding: Finding, of look: Look, stops: Bool, now: UInt64)
+    -> DeadlockReport?
   {
-    let holder: Stall.Holder
-    if let runner = flight.runner {
-      holder = .runner(runner.thread)
-    } else {
-      switch QueueOwnership.ownerOfMainQueue() {
-      case .thread(let owner): holder = .mainQueue(owner)
-      case .nobody: holder = .nobody
-      case .unknown: holder = .unknown
-      }
+    let flight = look.flight
+    guard flight.outcome == nil, flight.queue.contains(where: \.isWaiting) else { return nil }
+    let baseline = finding.holder.map { (thread: $0, progress: finding.progress) }
+    guard var watch = flight.watch else {
+      flight.watch = StallWatch(
+        nextLook: now + look.timeout, baseline: baseline.flatMap(Self.known),
+        waitingSince: look.since)
+      return look.report(finding, isStuck: false, stops: false)
     }
-    let holderThread: ThreadID? =
-      switch holder {
-      case .runner(let thread), .mainQueue(let thread): thread
-      case .nobody, .unknown: nil
-      }
-    return Stall(
-      waiter: thread, wait: wait, isRecheck: wait.stallReported, label: flight.label,
-      holder: holder,
-      holderWait: holderThread.flatMap { waits[$0] }.map {
-        ($0, DeadlockReport.describe($0.object))
-      })
-  }
-}
-
-/// A wait for the main queue that has lasted the stall timeout, as seen under the lock.
-struct Stall {
-  enum Holder {
-    /// The initializer runs on this thread.
-    case runner(ThreadID)
-    /// The initializer has not started; this thread holds the main queue.
-    case mainQueue(ThreadID)
-    /// The initializer has not started and no thread holds the main queue.
-    case nobody
-    /// The main queue's owner cannot be read.
-    case unknown
+    let isStuck =
+      finding.activity == .blockedOnLock && watch.baseline != nil
+      && watch.baseline?.thread == finding.holder && finding.progress != nil
+      && watch.baseline?.progress == finding.progress
+    watch.baseline = baseline.flatMap(Self.known)
+    watch.isEscalated = isStuck
+    flight.watch = watch
+    return isStuck ? look.report(finding, isStuck: true, stops: stops) : nil
   }
 
-  let waiter: ThreadID
-  let wait: BlockedWait
-  /// Whether this wait has been reported before.
-  let isRecheck: Bool
-  let label: CellLabel
-  let holder: Holder
-  /// The tracked wait the holder is in, if any, with what it waits for.
-  let holderWait: (BlockedWait, String)?
-
-  /// Samples the thread in the way and writes the report, and says whether that thread is
-  /// blocked on a lock. Runs outside the lock.
-  func report(stops: Bool) -> (DeadlockReport, isBlocked: Bool) {
-    let seconds = Double(Platform.monotonicNanoseconds() - wait.since) / 1e9
-    var lines = [
-      "MainOnce: \(waiter) has waited \(seconds.formatted(decimals: 1)) s in \(wait.call) for the"
-        + " initializer of \(label)"
-    ]
-    let (finding, hint, blocked) = explain()
-    lines += finding.map { "  " + $0 }
-    lines.append("hint: " + hint)
-    return (
-      DeadlockReport(
-        kind: .stall, stopsProcess: stops && blocked, text: lines.joined(separator: "\n")),
-      blocked
-    )
+  private static func known(_ baseline: (thread: ThreadID, progress: ThreadProgress?)) -> (
+    thread: ThreadID, progress: ThreadProgress
+  )? {
+    baseline.progress.map { (baseline.thread, $0) }
   }
 
-  /// What is in the way, a hint, and whether it looks like a deadlock (blocked on a lock).
-  private func explain() -> ([String], String, Bool) {
-    let visibleWaitHint =
-      "make that wait a tracked wait, such as DispatchSemaphore.wait(for:), so that MainOnce can"
-      + " name the cycle; or don't block the main queue on work that needs it: use"
-      + " `await onceOnMain(token:)` or the completion form, which never block"
-    switch holder {
-    case .runner(let runner):
-      let state = ThreadSampler.stableActivity(of: runner)
-      var lines = ["the initializer is running on \(runner), which is \(state)"]
-      if let (holderWait, object) = holderWait {
-        lines.append(
-          "\(runner) waits for \(object) in \(holderWait.call)")
-      } else if state.isBlockedOnLock {
-        lines.append("the initializer is probably waiting for work that waits for it")
-      }
-      return (
-        lines, state.isBlockedOnLock ? visibleWaitHint : "waiting goes on", state.isBlockedOnLock
-      )
-    case .mainQueue(let owner):
-      return explainHolder(owner, hint: visibleWaitHint)
-    case .nobody:
-      return (
-        [
-          "no thread holds the main queue, yet the hop has not started: libdispatch may have no"
-            + " free worker thread to run it"
-        ], "check for threads blocked in large numbers", false
-      )
-    case .unknown:
-      let main = ThreadID.mainThread
-      let state = ThreadSampler.stableActivity(of: main)
-      guard state.activity == .suspended else { return explainHolder(main, hint: visibleWaitHint) }
-      return (
-        [
-          "dispatchMain() serves the main queue from worker threads, and MainOnce cannot read"
-            + " which one holds it (queue introspection is unavailable)",
-          "if \(waiter) called from inside queue.sync within a main-queue block, it holds the main"
-            + " queue itself and its hop can never start",
-        ],
-        "call MainOnce outside that sync, or use the async or completion form", false
-      )
-    }
-  }
-
-  private func explainHolder(_ owner: ThreadID, hint: String) -> ([String], String, Bool) {
-    let state = ThreadSampler.stableActivity(of: owner)
-    let isMainThread = owner == ThreadID.mainThread
-    let inRunLoop = isMainThread && MainRunLoop.isRunning
-    let name =
-      inRunLoop
-      ? "\(owner) (the main thread, in RunLoop.main)"
-      : isMainThread ? "\(owner) (the main thread)" : "\(owner)"
-    if let (holderWait, object) = holderWait {
-      return (
-        [
-          "the main queue is held by \(name), which waits for \(object) in"
-            + " \(holderWait.call)"
-        ], "waiting goes on until that wait ends", false
-      )
-    }
-    if isMainThread, !inRunLoop, !Watchdog.hasSeenMainQueueServed.load(ordering: .relaxed) {
-      if case .polling = state.activity {
-      } else {
-        return (
-          [
-            "the main queue has never been served: the main thread has not started dispatchMain()"
-              + " or RunLoop.main.run(); it is \(state)"
-          ],
-          "serve the main queue: call dispatchMain() or RunLoop.main.run() on the main thread",
-          state.isBlockedOnLock
-        )
-      }
-    }
-    switch state.activity {
-    case .blockedOnLock:
-      return (
-        [
-          "the main queue is held by \(name), which is \(state)",
-          "it is probably waiting for \(waiter), or for work that waits for it",
-        ], hint, true
-      )
-    case .polling:
-      return (
-        [
-          "the main queue is held by \(name), which is \(state): it runs an event loop that does"
-            + " not serve the main queue (a nested run loop in another mode, or a non-Dispatch"
-            + " event loop)"
-        ],
-        "let the main queue be served: RunLoop.main.run() in the default mode, or dispatchMain()",
-        false
-      )
-    default:
-      return (
-        ["the main queue is held by \(name), which is \(state)"],
-        "the hop runs when the main queue's current work returns", false
-      )
-    }
-  }
-}
-
-extension Double {
-  func formatted(decimals: Int) -> String {
-    let scale = (0..<decimals).reduce(1.0) { value, _ in value * 10 }
-    let rounded = (self * scale).rounded() / scale
-    return "\(rounded)"
-  }
-}
-
-extension Duration {
-  var nanoseconds: Int64 {
-    components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+  /// The watchdog's word that a flight it reported no longer keeps anyone waiting, if it did
+  /// report it. Call under the lock where a flight finishes or loses its last waiting caller.
+  mutating func endOfStall(_ flight: Flight) -> DeadlockReport? {
+    guard let watch = flight.watch,
+      flight.outcome != nil || !flight.queue.contains(where: \.isWaiting)
+    else { return nil }
+    flight.watch = nil
+    let waited = formatDuration(Platform.monotonicNanoseconds() - watch.waitingSince)
+    return DeadlockReport(
+      kind: .stallEnded, stopsProcess: false,
+      text: flight.outcome != nil
+        ? "MainOnce: the \(flight.label.work) of \(flight.label) finished after \(waited); its"
+          + " callers go on"
+        : "MainOnce: no caller waits for the \(flight.label.work) of \(flight.label) any more,"
+          + " after \(waited)")
   }
 }

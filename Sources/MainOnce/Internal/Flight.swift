@@ -37,6 +37,9 @@ final class Flight: @unchecked Sendable {
   /// an initializer (its ``Waiter/attempt``), and the runner tries them in this order.
   @exclusivity(unchecked) var queue: [Waiter] = []
 
+  /// The watchdog's notes on this flight; `nil` until it has looked at it.
+  @exclusivity(unchecked) var watch: StallWatch?
+
   /// When the hop on its way to the main queue was sent; `nil` when none is on its way. Under
   /// the main-queue policy, a flight with queued callers always has a runner or a hop on its
   /// way (see ``OnceEngine/sendHopIfNeeded(_:)``).
@@ -124,6 +127,8 @@ final class Waiter: @unchecked Sendable {
   let site: CallSite
   /// The blocked thread, for a caller that blocks; `nil` for tasks and completion handlers.
   let thread: ThreadID?
+  /// When the caller arrived.
+  let since = Platform.monotonicNanoseconds()
   /// The caller's initializer; `nil` once taken to run, or once the waiter is resolved.
   @exclusivity(unchecked) var attempt: Attempt?
   /// Set while the caller's initializer runs: from then on the caller waits for its result.
@@ -132,6 +137,11 @@ final class Waiter: @unchecked Sendable {
   /// The flight the waiter is queued in; `nil` before it is queued and once it is resolved.
   @exclusivity(unchecked) var flight: Flight?
   @exclusivity(unchecked) var resolution: Resolution?
+
+  /// Whether the caller waits: it is not the one running the flight in place.
+  var isWaiting: Bool {
+    if case .inPlace = delivery { false } else { true }
+  }
 
   init(site: CallSite, thread: ThreadID? = nil, attempt: Attempt?, delivery: Delivery) {
     self.site = site
@@ -144,6 +154,8 @@ final class Waiter: @unchecked Sendable {
 /// Resolutions decided under the lock, delivered after it is released.
 struct Deliveries {
   private var woken: [Waiter] = []
+  /// The watchdog's word that a wait it reported has ended.
+  var endOfStall: DeadlockReport?
 
   /// Resolves `waiter`. Under the lock: from here on nothing runs its initializer, and a
   /// completion handler is submitted right away, in order.
@@ -161,6 +173,7 @@ struct Deliveries {
 
   /// Wakes the blocked threads and resumes the tasks. After the lock is released.
   func deliver() {
+    endOfStall?.deliver(at: nil)
     for waiter in woken {
       switch waiter.delivery {
       case .parked(let parking): parking.signal()

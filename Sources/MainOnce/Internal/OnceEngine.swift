@@ -177,7 +177,6 @@ enum OnceEngine {
   /// The body of a hop: drives the flight unless it is finished, has nobody left, or is being
   /// driven already.
   private static func hopArrived(_ flight: Flight) {
-    Watchdog.noteMainQueueServed()
     let thread = ThreadRecord.current
     let drives = Registry.shared.withLock { _ -> Bool in
       flight.hopSentAt = nil
@@ -282,6 +281,7 @@ extension Registry {
       }
     }
     retireIfIdle(flight)
+    deliveries.endOfStall = endOfStall(flight)
     return deliveries
   }
 
@@ -294,6 +294,7 @@ extension Registry {
     if let flight = waiter.flight {
       flight.dequeue(waiter)
       retireIfIdle(flight)
+      deliveries.endOfStall = endOfStall(flight)
     }
     deliveries.resolve(waiter, .cancelled)
     return deliveries

@@ -129,6 +129,24 @@ enum CellLabel: Sendable, CustomStringConvertible {
     }
   }
 
+  /// What runs for this cell, for reports: "the initializer of token …".
+  var work: String {
+    switch self {
+    case .token: "initializer"
+    case .lazy, .asyncLazy: "builder"
+    case .object(_, _, let operation): "\(operation)" == "runOnce(for:)" ? "body" : "initializer"
+    }
+  }
+
+  /// Where the cell was declared, or for a per-object cell, its call site.
+  var declaration: CallSite {
+    switch self {
+    case .token(_, let declaration), .lazy(_, let declaration), .asyncLazy(_, let declaration):
+      declaration
+    case .object(_, let site, _): site
+    }
+  }
+
   /// Whether calls for this cell pass their call site (`MainLazy.value`, a property, cannot).
   var hasCallSites: Bool {
     switch self {

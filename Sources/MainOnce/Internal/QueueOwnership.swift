@@ -39,6 +39,13 @@ enum QueueOwnership {
     return verdict
   }()
 
+  /// Whether the main queue is still bound to the main thread, as it is until `dispatchMain()`.
+  /// Without introspection, assumed to be: the watchdog asks only about a main thread that is
+  /// not parked in `dispatchMain()`.
+  static var isMainQueueBoundToMainThread: Bool {
+    isAvailable ? mainonce_main_queue_is_thread_bound() : true
+  }
+
   /// The owner of the main queue.
   static func ownerOfMainQueue() -> Owner {
     guard isAvailable, let main = mainonce_main_queue() else { return .unknown }

@@ -16,11 +16,17 @@ struct Registry {
 }
 
 extension Registry {
-  /// Queues `waiter` in `flight`, behind the callers already waiting.
+  /// Queues `waiter` in `flight`, behind the callers already waiting. A caller that waits for
+  /// an initializer in main context is watched (see ``Watchdog``).
   mutating func enqueue(_ waiter: Waiter, in flight: Flight) {
     waiter.flight = flight
     flight.queue.append(waiter)
     activeFlights[ObjectIdentifier(flight)] = flight
+    if flight.policy != .callingThread && waiter.isWaiting
+      && DeadlockDetection.stallResponse != .off
+    {
+      Watchdog.watch(&self)
+    }
   }
 
   /// Takes `flight` out of the active flights once it has finished or has nobody left.

@@ -1,0 +1,257 @@
+internal import CMainOnceShims
+
+/// A flight due for a look, as the watchdog saw it under the lock.
+struct Look {
+  /// What keeps the flight's callers waiting.
+  enum InTheWay {
+    /// An initializer runs on this thread.
+    case runner(ThreadID, since: UInt64)
+    /// An `AsyncMainLazy` build runs on the main actor, and may be suspended.
+    case builder(since: UInt64)
+    /// Nothing runs yet: the hop waits for this thread, which holds the main queue.
+    case mainQueue(ThreadID)
+    /// Nothing runs yet, and no thread holds the main queue.
+    case nobody
+    /// Nothing runs yet, and the main queue's owner cannot be read.
+    case unknown
+  }
+
+  /// Callers that wait the same way at the same place, for the report.
+  struct Callers: Equatable {
+    let kind: String
+    let call: String
+    var threads: [ThreadID] = []
+    var count = 0
+  }
+
+  let flight: Flight
+  let label: CellLabel
+  let callers: [Callers]
+  let callerCount: Int
+  /// When the oldest caller started waiting, and when the watchdog looked.
+  let since: UInt64
+  let now: UInt64
+  let timeout: UInt64
+  let inTheWay: InTheWay
+  /// The tracked wait the thread in the way is blocked in, described, if it is in one.
+  let trackedWait: String?
+  /// Where a stop is attributed: the oldest caller's call.
+  let site: CallSite
+
+  /// Samples the thread in the way, outside the lock.
+  func sample() -> Finding {
+    let thread: ThreadID? =
+      switch inTheWay {
+      case .runner(let thread, _), .mainQueue(let thread): thread
+      case .unknown: ThreadID.mainThread
+      case .builder, .nobody: nil
+      }
+    guard let thread else { return Finding(holder: nil, activity: .unknown, progress: nil) }
+    return Finding(
+      holder: thread, activity: ThreadSampler.stableActivity(of: thread).activity,
+      progress: ThreadSampler.progress(of: thread))
+  }
+
+  /// The report of `finding`. `isStuck`: the thread in the way has not run since the last look.
+  func report(_ finding: Finding, isStuck: Bool, stops: Bool) -> DeadlockReport {
+    let waited = formatDuration(now - since)
+    var lines: [String]
+    if callerCount == 1, let only = callers.first {
+      let who = only.threads.first.map { "\($0)" } ?? "a \(only.kind)"
+      lines = [
+        "MainOnce: \(who) has waited \(waited) in \(only.call) for the \(label.work) of \(label)"
+      ]
+    } else {
+      lines = [
+        "MainOnce: \(callerCount) callers have waited up to \(waited) for the \(label.work) of \(label)"
+      ]
+      lines += callers.map { "  \(Self.describe($0))" }
+    }
+    let (finding, hint) = explain(finding, isStuck: isStuck)
+    lines += finding.map { "  " + $0 }
+    lines.append("hint: " + hint)
+    return DeadlockReport(
+      kind: .stall, stopsProcess: stops && isStuck, text: lines.joined(separator: "\n"))
+  }
+
+  private static func describe(_ callers: Callers) -> String {
+    guard !callers.threads.isEmpty else {
+      return "\(callers.count) \(callers.kind)\(callers.count == 1 ? "" : "s") in \(callers.call)"
+    }
+    let shown = callers.threads.prefix(4).map { "\($0.rawValue)" }.joined(separator: ", ")
+    let more = callers.count > 4 ? " and \(callers.count - 4) more" : ""
+    return "thread\(callers.count == 1 ? "" : "s") \(shown)\(more) in \(callers.call)"
+  }
+
+  /// What is in the way, and a hint.
+  private func explain(_ finding: Finding, isStuck: Bool) -> ([String], String) {
+    let state = ThreadActivity(activity: finding.activity)
+    let stuck = isStuck ? ["it has not run at all in the last \(formatDuration(timeout))"] : []
+    let trackedWaitHint =
+      "if it waits for one of these callers, make that wait a tracked wait, such as"
+      + " DispatchSemaphore.wait(for:) or DispatchGroup.wait(for:), so that MainOnce can prove the"
+      + " cycle; or don't block the main queue on work that needs it: use `await"
+      + " onceOnMain(token:)` or the completion form, which never block"
+    switch inTheWay {
+    case .runner(let runner, let since):
+      var lines = [
+        "the \(label.work) has run on \(runner) for \(formatDuration(Platform.monotonicNanoseconds() - since)); it is \(state)"
+      ]
+      if let trackedWait { lines.append("\(runner) waits for \(trackedWait)") }
+      return (
+        lines + stuck,
+        state.isBlockedOnLock ? trackedWaitHint : "waiting goes on until the \(label.work) returns"
+      )
+    case .builder(let since):
+      return (
+        [
+          "the builder has run on the main actor for \(formatDuration(Platform.monotonicNanoseconds() - since)); it may be suspended in an await"
+        ], "waiting goes on until the build ends"
+      )
+    case .mainQueue(let owner):
+      return explainHolder(owner, state: state, stuck: stuck, hint: trackedWaitHint)
+    case .nobody:
+      return (
+        [
+          "no thread holds the main queue, yet the hop has not started: libdispatch may have no"
+            + " free worker thread to run it"
+        ], "check for threads blocked in large numbers"
+      )
+    case .unknown:
+      guard finding.activity == .suspended else {
+        return explainHolder(ThreadID.mainThread, state: state, stuck: stuck, hint: trackedWaitHint)
+      }
+      return (
+        [
+          "dispatchMain() serves the main queue from worker threads, and MainOnce cannot read"
+            + " which one holds it (queue introspection is off)",
+          "a caller inside queue.sync within a main-queue block holds the main queue itself, and"
+            + " its hop can never start",
+        ],
+        "call MainOnce outside that sync, or use the async or completion form"
+      )
+    }
+  }
+
+  private func explainHolder(
+    _ owner: ThreadID, state: ThreadActivity, stuck: [String], hint: String
+  ) -> ([String], String) {
+    let isMainThread = owner == ThreadID.mainThread
+    let inRunLoop = isMainThread && MainRunLoop.isRunning
+    let name =
+      inRunLoop
+      ? "\(owner) (the main thread, in RunLoop.main)"
+      : isMainThread ? "\(owner) (the main thread)" : "\(owner)"
+    if let trackedWait {
+      return (
+        ["the main queue is held by \(name), which waits for \(trackedWait)"] + stuck,
+        "waiting goes on until that wait ends"
+      )
+    }
+    if isMainThread && !inRunLoop && QueueOwnership.isMainQueueBoundToMainThread {
+      if case .polling = state.activity {
+        return (
+          [
+            "the main thread holds the main queue and is \(state) in an event loop of its own,"
+              + " which does not serve the main queue"
+          ],
+          "serve the main queue from that loop, or run RunLoop.main.run() or dispatchMain()"
+            + " instead"
+        )
+      }
+      return (
+        [
+          "the main thread holds the main queue but is not serving it: it has not called"
+            + " dispatchMain() and runs no RunLoop.main; it is \(state)"
+        ] + stuck,
+        "serve the main queue: call dispatchMain() or RunLoop.main.run() on the main thread"
+      )
+    }
+    switch state.activity {
+    case .blockedOnLock:
+      return (["the main queue is held by \(name), which is \(state)"] + stuck, hint)
+    case .polling:
+      return (
+        [
+          "the main queue is held by \(name), which is \(state): it runs an event loop that does"
+            + " not serve the main queue (a nested run loop in another mode, or a non-Dispatch"
+            + " event loop)"
+        ],
+        "let the main queue be served: RunLoop.main.run() in the default mode, or dispatchMain()"
+      )
+    default:
+      return (
+        ["the main queue is held by \(name), which is \(state)"],
+        "the hop runs when the main queue's current work returns"
+      )
+    }
+  }
+}
+
+/// What the watchdog read about the thread in a flight's way.
+struct Finding {
+  let holder: ThreadID?
+  let activity: ThreadActivity.Activity
+  let progress: ThreadProgress?
+}
+
+extension Registry {
+  /// What the watchdog needs to know about `flight` to look at it outside the lock.
+  func look(at flight: Flight, since: UInt64, now: UInt64, timeout: UInt64) -> Look {
+    var callers: [Look.Callers] = []
+    var oldest: Waiter?
+    for waiter in flight.queue where waiter.isWaiting {
+      if oldest == nil || waiter.since < oldest!.since { oldest = waiter }
+      let (kind, call) = Self.describe(waiter, label: flight.label)
+      if let index = callers.firstIndex(where: { $0.kind == kind && $0.call == call }) {
+        callers[index].count += 1
+        if let thread = waiter.thread { callers[index].threads.append(thread) }
+      } else {
+        callers.append(
+          .init(kind: kind, call: call, threads: waiter.thread.map { [$0] } ?? [], count: 1))
+      }
+    }
+    let inTheWay: Look.InTheWay
+    if let runner = flight.runner {
+      inTheWay =
+        runner.task != nil
+        ? .builder(since: runner.since) : .runner(runner.thread, since: runner.since)
+    } else {
+      switch QueueOwnership.ownerOfMainQueue() {
+      case .thread(let owner): inTheWay = .mainQueue(owner)
+      case .nobody: inTheWay = .nobody
+      case .unknown: inTheWay = .unknown
+      }
+    }
+    let holder: ThreadID? =
+      switch inTheWay {
+      case .runner(let thread, _), .mainQueue(let thread): thread
+      default: nil
+      }
+    return Look(
+      flight: flight, label: flight.label, callers: callers,
+      callerCount: callers.reduce(0) { $0 + $1.count }, since: since, now: now, timeout: timeout,
+      inTheWay: inTheWay,
+      trackedWait: holder.flatMap { waits[$0] }.map {
+        "\(DeadlockReport.describe($0.object)) in \($0.call)"
+      },
+      site: oldest?.site ?? flight.label.declaration)
+  }
+
+  /// How a waiting caller waits, and in which call.
+  private static func describe(_ waiter: Waiter, label: CellLabel) -> (String, String) {
+    let at = label.hasCallSites ? " at \(waiter.site)" : ""
+    switch waiter.delivery {
+    case .parked: return ("thread", "\(label.operation)\(at)")
+    case .task: return ("task", "await \(label.operation)\(at)")
+    case .handler, .inPlace: return ("completion handler", "\(label.operation)\(at)")
+    }
+  }
+}
+
+/// A duration for a report: milliseconds below a second, else seconds to a tenth.
+func formatDuration(_ nanoseconds: UInt64) -> String {
+  if nanoseconds < 1_000_000_000 { return "\(nanoseconds / 1_000_000) ms" }
+  let tenths = (nanoseconds + 50_000_000) / 100_000_000
+  return "\(tenths / 10).\(tenths % 10) s"
+}
