@@ -7,12 +7,19 @@ import MainOnceFixtureSupport
 @main
 struct AsyncMain {
   static func main() async {
+    // The engine stress (see EngineStress): MainOnceAsyncFixture engineStress
+    if CommandLine.arguments.count == 2, CommandLine.arguments[1] == "engineStress" {
+      Watchdog.start(seconds: EngineStress.watchdogSeconds)
+      EngineStress.startInBackground(driver: .asyncMain)
+      try? await Task.sleep(for: .seconds(3_600))
+    }
     guard CommandLine.arguments.count == 2,
       let context = CallingContext(rawValue: CommandLine.arguments[1]), context != .mainBlock
     else {
       FileHandle.standardError.write(
         Data(
-          "usage: MainOnceAsyncFixture topLevel|mainActor|background|nestedSync|mixed|stress\n".utf8
+          "usage: MainOnceAsyncFixture topLevel|mainActor|background|nestedSync|mixed|stress|engineStress\n"
+            .utf8
         ))
       exit(64)
     }

@@ -10,7 +10,17 @@ let usage =
   "usage: MainOnceFixture dispatchMain|runLoop topLevel|mainBlock|background|nestedSync|mixed|stress\n"
   + "       MainOnceFixture none topLevel\n"
   + "       MainOnceFixture deadlock "
-  + DeadlockScenario.allCases.map(\.rawValue).joined(separator: "|")
+  + DeadlockScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture engine "
+  + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
+
+// Engine soundness scenarios: MainOnceFixture engine <scenario> [dispatchMain|runLoop]
+if (3...4).contains(CommandLine.arguments.count), CommandLine.arguments[1] == "engine",
+  let scenario = EngineScenario(rawValue: CommandLine.arguments[2])
+{
+  let driver = CommandLine.arguments.count == 4 ? Driver(rawValue: CommandLine.arguments[3]) : nil
+  scenario.run(driver: driver ?? .dispatchMain)
+}
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "deadlock",
   let scenario = DeadlockScenario(rawValue: CommandLine.arguments[2])

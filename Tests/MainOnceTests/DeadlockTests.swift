@@ -199,8 +199,9 @@ struct DeadlockTests {
   func loweredStallTimeout() async throws {
     let outcome = try await run("loweredStallTimeout")
     #expect(outcome.verdict == "PASS initializer ran: true", "\(outcome.standardError)")
+    // Lowered about 300 ms into the wait, to 100 ms: reported at once, not 15 s in.
     let report = try #require(stallReport(in: outcome.standardError))
-    #expect((0.3...0.8).contains(report.waited), "reported after \(report.waited) s")
+    #expect((0.1...1.5).contains(report.waited), "reported after \(report.waited) s")
   }
 
   @Test("a tracked wait for work that does not need the main queue is no cycle")

@@ -1,0 +1,624 @@
+import Dispatch
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+
+/// Adversarial scenarios for the once engine: `MainOnceFixture engine <scenario> [driver]`.
+///
+/// Each needs the main queue to itself, so each runs in a process of its own. Each prints one
+/// verdict line, `PASS key=value …` or `FAIL reason key=value …`, exits 0 only on PASS, and is
+/// bounded: a watchdog ends it with `FAIL … timed out` (status 3) if anything hangs. `driver` is
+/// `dispatchMain` (the default) or `runLoop`.
+enum EngineScenario: String, CaseIterable {
+  /// A completion call queues an asynchronous hop; main-queue code then runs the token in place,
+  /// so the hop is left over. The token's owner dies, a new owner with a fresh token gets the
+  /// same address, and a worker calls `onceOnMain` on the new token: it must not return before
+  /// an initializer for the new token has run.
+  case staleHopEarlyReturn
+  /// The same with `onceOnMain(for:)`: main-queue code's initializer throws while a worker
+  /// waits, main-queue code retries in place and succeeds, so the hop sent for the worker is
+  /// left over; the object dies and a new object at its address calls the same site from a
+  /// worker. Repeated for a few rounds, since the per-object cell's address cannot be observed.
+  case staleHopEarlyReturnPerObject
+  /// A left-over hop runs inside a run loop nested in an in-place initializer of the new token
+  /// at the reused address, and that initializer then throws: a completion caller queued
+  /// behind it must still get its answer, and a later blocking caller must not hang.
+  case staleHopNegativeCount
+  /// Completion handlers are submitted while the initialization finishes; the first handler
+  /// releases the token's owner and allocates new owners until one has the freed address. That
+  /// new owner's fresh token must not read as done.
+  case ownerReleasedByCompletion
+  /// Five owners, each released right after a completion call for its token, while the main
+  /// queue is busy: every successful completion must come from its own owner's initializer.
+  case ownersReleasedInFlight
+  /// A worker waits in its hop; main-queue code runs the token in place and then waits (a raw
+  /// semaphore wait, bounded) for the worker, whose token is done.
+  case inPlaceWhileWorkerHops
+  /// The same, with a tracked wait (`DispatchSemaphore.wait(for:timeout:)`).
+  case inPlaceWhileWorkerHopsTracked
+  /// Main-queue code runs `DispatchQueue.concurrentPerform`, whose iterations call one token:
+  /// the main-queue iteration runs it in place while a worker iteration is already in its hop.
+  case concurrentPerform
+  /// Run with `MAINONCE_QUEUE_INTROSPECTION=off`: `onceOnMain` inside a `runOnce(for:)` body on
+  /// a worker thread, and a main-queue caller of the same token while that call is in progress.
+  /// The initializer must run in main context, and nothing may crash.
+  case fallbackRunOnceNesting
+  /// The same without the main-queue caller: only where the initializer runs is checked.
+  case fallbackRunOnceNestingAlone
+  /// While an initializer holds the main queue, thousands of async callers are cancelled at
+  /// random moments around their await (some while they register): every one must end promptly
+  /// with `CancellationError`, none may be left waiting for the initializer.
+  case asyncCancellationStorm
+  /// The randomized stress of ``EngineStress``, under the given driver.
+  case stress
+
+  func run(driver: Driver) -> Never {
+    switch self {
+    case .stress:
+      Watchdog.start(seconds: EngineStress.watchdogSeconds)
+      EngineStress.startInBackground(driver: driver)
+      serveMainQueue(with: driver)
+    case .staleHopNegativeCount:
+      // Runs at top level: the main thread holds the main queue, and a run loop nested in an
+      // initializer serves it.
+      Watchdog.start(seconds: 15)
+      runStaleHopNegativeCount(driver: driver)
+    default:
+      break
+    }
+    Watchdog.start(seconds: 15)
+    DispatchQueue.main.async {
+      switch self {
+      case .staleHopEarlyReturn: runStaleHopEarlyReturn()
+      case .staleHopEarlyReturnPerObject: runStaleHopEarlyReturnPerObject(round: 0, tally: Tally())
+      case .ownerReleasedByCompletion: startOffMain(runOwnerReleasedByCompletion)
+      case .ownersReleasedInFlight: runOwnersReleasedInFlight()
+      case .inPlaceWhileWorkerHops: runInPlaceWhileWorkerHops(tracked: false)
+      case .inPlaceWhileWorkerHopsTracked: runInPlaceWhileWorkerHops(tracked: true)
+      case .concurrentPerform: concurrentPerformScenario()
+      case .fallbackRunOnceNesting: startOffMain { runFallbackRunOnceNesting(mainCaller: true) }
+      case .fallbackRunOnceNestingAlone:
+        startOffMain { runFallbackRunOnceNesting(mainCaller: false) }
+      case .asyncCancellationStorm: startOffMain(runAsyncCancellationStorm)
+      case .stress, .staleHopNegativeCount: fatalError("started above")
+      }
+    }
+    serveMainQueue(with: driver)
+  }
+}
+
+// MARK: - Support
+
+/// A short-lived owner of a token, as in `final class Thing { let token = MainOnceToken() }`.
+///
+/// Padded to an allocation size little else in the process uses, so that freeing one owner and
+/// allocating the next on the same thread returns the same address.
+final class TokenOwner: Sendable {
+  let token = MainOnceToken("short-lived owner")
+  let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+    (0, 0, 0, 0, 0, 0, 0, 0)
+  let morePadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+    (0, 0, 0, 0, 0, 0, 0, 0)
+}
+
+/// An object for `onceOnMain(for:)`, padded like ``TokenOwner``.
+final class Widget: Sendable {
+  let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+    (0, 0, 0, 0, 0, 0, 0, 0)
+  let morePadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+    (0, 0, 0, 0, 0, 0, 0)
+}
+
+func address(of object: AnyObject) -> UInt {
+  UInt(bitPattern: Unmanaged.passUnretained(object).toOpaque())
+}
+
+/// Allocates objects with `make` until one sits at `target`, the address of an object of the same
+/// class just freed on this thread; returns `nil` after `limit` tries. `spare` must have room for
+/// `limit` objects, reserved before the old object was freed, so that growing it does not take the
+/// freed memory.
+func allocate<Object: AnyObject>(
+  at target: UInt, limit: Int = 2_000, spare: inout [Object], _ make: () -> Object
+) -> Object? {
+  for _ in 0..<limit {
+    let object = make()
+    if address(of: object) == target { return object }
+    spare.append(object)
+  }
+  return nil
+}
+
+/// Named counters shared by a scenario's threads.
+final class Tally: Sendable {
+  private let counts = Locked<[String: Int]>([:])
+
+  func add(_ key: String, _ amount: Int = 1) { counts.withLock { $0[key, default: 0] += amount } }
+  func set(_ key: String, _ value: Int) { counts.withLock { $0[key] = value } }
+  subscript(key: String) -> Int { counts.withLock { $0[key] ?? 0 } }
+
+  /// `key=value` pairs, sorted.
+  var summary: String {
+    counts.withLock { $0.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" } }
+      .joined(separator: " ")
+  }
+}
+
+/// A lock for fixture state (a `pthread_mutex_t` via `NSLock`).
+final class Locked<State>: @unchecked Sendable {
+  // This is safe because `state` is only touched while `lock` is held.
+  private let lock = NSLock()
+  private var state: State
+  init(_ state: State) { self.state = state }
+  func withLock<Result>(_ body: (inout State) -> Result) -> Result {
+    lock.lock()
+    defer { lock.unlock() }
+    return body(&state)
+  }
+}
+
+/// Hands one object to another thread, which takes the only strong reference.
+final class Handoff<Object: AnyObject & Sendable>: Sendable {
+  private let object: Locked<Object?>
+  init(_ object: Object) { self.object = Locked(object) }
+  func take() -> Object? { object.withLock { $0.take() } }
+}
+
+struct Boom: Error {}
+
+func verdict(_ passed: Bool, _ summary: String) -> Never {
+  print((passed ? "PASS " : "FAIL ") + summary)
+  exit(passed ? 0 : 1)
+}
+
+/// Runs `body` on a new thread, off the main queue.
+func startOffMain(_ body: @escaping @Sendable () -> Void) {
+  Thread { body() }.start()
+}
+
+/// One `onceOnMain(for:)` call site, shared by every caller in ``staleHopEarlyReturnPerObject``.
+func widgetSite(_ widget: Widget, _ body: @Sendable () throws(Boom) -> Void) throws(Boom) {
+  try onceOnMain(for: widget) { () throws(Boom) in try body() }
+}
+
+// MARK: - Bug 1: early return at a reused address
+
+/// Runs on the main queue.
+private func runStaleHopEarlyReturn() {
+  let tally = Tally()
+  var spare: [TokenOwner] = []
+  spare.reserveCapacity(2_000)
+  var first: TokenOwner? = TokenOwner()
+  let firstAddress = address(of: first!)
+  // Queues an asynchronous hop for the first token...
+  onceOnMain(token: first!.token, completionQueue: .global()) {
+    tally.add("firstRuns")
+  } completion: {
+    tally.add("firstCompletions")
+  }
+  // ...which this main-queue code makes unnecessary by running the token in place.
+  onceOnMain(token: first!.token) { tally.add("firstRuns") }
+  first = nil
+  guard let fresh = allocate(at: firstAddress, spare: &spare, TokenOwner.init) else {
+    verdict(false, "inconclusive: no owner reused the freed address")
+  }
+  spare = []
+  tally.set("addressReused", 1)
+  let returned = DispatchSemaphore(value: 0)
+  Thread {
+    // Blocks in its hop behind the left-over one until this main-queue block returns.
+    onceOnMain(token: fresh.token) { tally.add("freshRuns") }
+    tally.set("freshRunsWhenReturned", tally["freshRuns"])
+    returned.signal()
+  }.start()
+  usleep(200_000)  // the worker is in its hop by now
+  DispatchQueue.global().async {
+    guard returned.wait(timeout: .now() + 5) == .success else {
+      verdict(false, "the worker did not return within 5 s \(tally.summary)")
+    }
+    usleep(100_000)  // let the first completion arrive
+    verdict(
+      tally["freshRunsWhenReturned"] == 1 && tally["firstRuns"] == 1
+        && tally["firstCompletions"] == 1,
+      tally.summary)
+  }
+}
+
+/// Runs on the main queue; each round ends by scheduling the next one.
+private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
+  let rounds = 12
+  var spare: [Widget] = []
+  spare.reserveCapacity(2_000)
+  var first: Widget? = Widget()
+  let firstAddress = address(of: first!)
+  let go = DispatchSemaphore(value: 0)
+  let waiterReturned = DispatchSemaphore(value: 0)
+  let handoff = Handoff(first!)
+  Thread {
+    _ = go.wait(timeout: .now() + 5)
+    if let widget = handoff.take() {
+      // Queues behind the main-queue initializer below, which is running.
+      try? widgetSite(widget) { tally.add("waiterRuns") }
+    }
+    waiterReturned.signal()
+  }.start()
+  do {
+    try widgetSite(first!) { () throws(Boom) in
+      go.signal()
+      usleep(100_000)  // the worker queues behind this initializer
+      throw Boom()  // a hop is sent for the queued worker
+    }
+  } catch {
+    tally.add("mainThrew")
+  }
+  // In place again: succeeds, answers the worker, and leaves the hop sent for it over.
+  try? widgetSite(first!) { tally.add("mainRuns") }
+  guard waiterReturned.wait(timeout: .now() + 5) == .success else {
+    verdict(false, "the queued worker did not return within 5 s \(tally.summary)")
+  }
+  first = nil
+  guard let fresh = allocate(at: firstAddress, spare: &spare, Widget.init) else {
+    verdict(false, "inconclusive: no widget reused the freed address")
+  }
+  spare = []
+  tally.add("rounds")
+  let freshHandoff = Handoff(fresh)
+  let returned = DispatchSemaphore(value: 0)
+  let freshRuns = Atomic(0)
+  Thread {
+    guard let widget = freshHandoff.take() else { return }
+    try? widgetSite(widget) { freshRuns.add(1, ordering: .relaxed) }
+    if freshRuns.load(ordering: .relaxed) != 1 { tally.add("earlyReturns") }
+    returned.signal()
+  }.start()
+  usleep(150_000)  // the worker is in its hop by now
+  DispatchQueue.global().async {
+    guard returned.wait(timeout: .now() + 5) == .success else {
+      verdict(false, "a fresh widget's caller did not return within 5 s \(tally.summary)")
+    }
+    if tally["earlyReturns"] > 0 || round + 1 == rounds {
+      // Each round's first widget succeeds once: by main-queue code's retry, or by the queued
+      // worker's initializer if the retry runs queued attempts first.
+      verdict(
+        tally["earlyReturns"] == 0 && tally["mainRuns"] + tally["waiterRuns"] == tally["rounds"],
+        tally.summary)
+    }
+    DispatchQueue.main.async { runStaleHopEarlyReturnPerObject(round: round + 1, tally: tally) }
+  }
+}
+
+/// Runs at top level on the main thread, then serves the main queue with `driver`.
+private func runStaleHopNegativeCount(driver: Driver) -> Never {
+  let tally = Tally()
+  var spare: [TokenOwner] = []
+  spare.reserveCapacity(2_000)
+  var first: TokenOwner? = TokenOwner()
+  let firstAddress = address(of: first!)
+  onceOnMain(token: first!.token, completionQueue: .global()) {
+    tally.add("firstRuns")
+  } completion: {
+    tally.add("firstCompletions")
+  }
+  onceOnMain(token: first!.token) { tally.add("firstRuns") }  // in place: the hop is left over
+  first = nil
+  guard let fresh = allocate(at: firstAddress, spare: &spare, TokenOwner.init) else {
+    verdict(false, "inconclusive: no owner reused the freed address")
+  }
+  spare = []
+  let queued = DispatchSemaphore(value: 0)
+  let completed = DispatchSemaphore(value: 0)
+  do {
+    try onceOnMain(token: fresh.token) { () throws(Boom) in
+      tally.add("inPlaceAttempts")
+      // A completion caller queues behind this running initializer.
+      Thread {
+        onceOnMain(token: fresh.token, completionQueue: .global()) {
+          tally.add("completionCallerRuns")
+        } completion: {
+          tally.add("completions")
+          completed.signal()
+        }
+        queued.signal()
+      }.start()
+      _ = queued.wait(timeout: .now() + 5)
+      // A run loop nested in the initializer serves the main queue: the left-over hop runs.
+      RunLoop.main.run(until: Date(timeIntervalSinceNow: 0.2))
+      throw Boom()  // the completion caller's initializer must be tried next
+    }
+  } catch {
+    tally.add("inPlaceThrew")
+  }
+  DispatchQueue.global().async {
+    let answered = completed.wait(timeout: .now() + 3) == .success
+    tally.set("completionAnswered", answered ? 1 : 0)
+    // A later blocking caller, bounded.
+    let later = DispatchSemaphore(value: 0)
+    Thread {
+      onceOnMain(token: fresh.token) { tally.add("laterRuns") }
+      later.signal()
+    }.start()
+    let laterReturned = later.wait(timeout: .now() + 3) == .success
+    tally.set("laterCallerReturned", laterReturned ? 1 : 0)
+    verdict(
+      answered && laterReturned && tally["completionCallerRuns"] + tally["laterRuns"] == 1
+        && tally["firstRuns"] == 1,
+      tally.summary)
+  }
+  serveMainQueue(with: driver)
+}
+
+// MARK: - Bug 2: writes after the owner is gone
+
+/// Runs off the main queue.
+///
+/// MainOnce submits the handlers of queued completion calls as the initialization finishes. The
+/// first call's handler runs on a queue of its own, so it starts while MainOnce is still
+/// submitting the other handlers (to a serial queue, so that they do not take the cores); it
+/// releases the owner (the initialization has finished, so the owner may go) and allocates
+/// owners until one has the freed address. MainOnce must not write to the freed token after
+/// that: the new owner's token is fresh.
+private func runOwnerReleasedByCompletion() {
+  let tally = Tally()
+  let callers = 20_000
+  var owner: TokenOwner? = TokenOwner()
+  let ownerAddress = address(of: owner!)
+  let handoff = Handoff(owner!)
+  let freshOwner = Locked<TokenOwner?>(nil)
+  let handled = DispatchGroup()
+  let started = DispatchSemaphore(value: 0)
+  let release = DispatchSemaphore(value: 0)
+  let firstHandlerQueue = DispatchQueue(label: "first handler")
+  let otherHandlersQueue = DispatchQueue(label: "other handlers")
+  handled.enter()
+  onceOnMain(token: owner!.token, completionQueue: firstHandlerQueue) {
+    tally.add("runs")
+    started.signal()
+    _ = release.wait(timeout: .now() + 5)  // bounded: never holds the main queue for good
+  } completion: {
+    tally.add("completions")
+    var spare: [TokenOwner] = []
+    spare.reserveCapacity(2_000)
+    _ = handoff.take()  // the last strong reference: the owner is freed here
+    if let fresh = allocate(at: ownerAddress, spare: &spare, TokenOwner.init) {
+      freshOwner.withLock { $0 = fresh }
+      tally.set("addressReused", 1)
+    }
+    handled.leave()
+  }
+  guard started.wait(timeout: .now() + 5) == .success else {
+    verdict(false, "the initializer did not start within 5 s")
+  }
+  // Queued behind the running initializer: their handlers are submitted as it finishes.
+  for _ in 1..<callers {
+    handled.enter()
+    onceOnMain(token: owner!.token, completionQueue: otherHandlersQueue) {
+      tally.add("runs")
+    } completion: {
+      tally.add("completions")
+      handled.leave()
+    }
+  }
+  owner = nil  // the handoff holds the only strong reference now
+  release.signal()
+  guard handled.wait(timeout: .now() + 10) == .success else {
+    verdict(false, "not every completion was called within 10 s \(tally.summary)")
+  }
+  guard let fresh = freshOwner.withLock({ $0 }) else {
+    verdict(false, "inconclusive: no owner reused the freed address \(tally.summary)")
+  }
+  // The new owner's token is fresh: a call must run its initializer.
+  onceOnMain(token: fresh.token) { tally.add("freshRuns") }
+  verdict(
+    tally["runs"] == 1 && tally["completions"] == callers && tally["freshRuns"] == 1,
+    tally.summary)
+}
+
+/// Runs on the main queue.
+private func runOwnersReleasedInFlight() {
+  let tally = Tally()
+  let owners = 5
+  let queued = DispatchSemaphore(value: 0)
+  let handled = DispatchGroup()
+  let addresses = Locked<Set<UInt>>([])
+  for _ in 0..<owners { handled.enter() }
+  Thread {
+    for index in 0..<owners {
+      let owner = TokenOwner()
+      _ = addresses.withLock { $0.insert(address(of: owner)) }
+      onceOnMain(token: owner.token, completionQueue: .global()) {
+        tally.add("runs\(index)")
+      } completion: {
+        tally.add("completions\(index)")
+        handled.leave()
+      }
+      // The owner is released here, while its call is in flight: the main queue is busy below.
+    }
+    queued.signal()
+  }.start()
+  // Keep the main queue busy until every call is queued, bounded.
+  _ = queued.wait(timeout: .now() + 5)
+  DispatchQueue.global().async {
+    guard handled.wait(timeout: .now() + 5) == .success else {
+      verdict(false, "not every completion was called within 5 s")
+    }
+    var mismatched = 0
+    for index in 0..<owners where tally["completions\(index)"] == 1 && tally["runs\(index)"] != 1 {
+      mismatched += 1
+    }
+    let runs = (0..<owners).map { tally["runs\($0)"] }
+    let completions = (0..<owners).map { tally["completions\($0)"] }
+    let summary =
+      "runs=\(runs.reduce(0, +)) completions=\(completions.reduce(0, +))"
+      + " completionsWithoutOwnRun=\(mismatched)"
+      + " distinctAddresses=\(addresses.withLock { $0.count })"
+      + " perOwnerRuns=\(runs.map(String.init).joined(separator: ","))"
+    verdict(mismatched == 0 && completions.allSatisfy { $0 == 1 }, summary)
+  }
+}
+
+// MARK: - Bug 3: callers left blocked
+
+enum EngineTokens {
+  static let inPlace = MainOnceToken("in place while a worker hops")
+  static let perform = MainOnceToken("concurrentPerform")
+  static let fallback = MainOnceToken("fallback nesting")
+  static let cancellationStorm = MainOnceToken("cancellation storm")
+}
+
+/// Runs on the main queue.
+private func runInPlaceWhileWorkerHops(tracked: Bool) {
+  let tally = Tally()
+  let workerDone = DispatchSemaphore(value: 0)
+  let worker = WaitTarget.work("worker")
+  Thread {
+    worker.perform {
+      onceOnMain(token: EngineTokens.inPlace) { tally.add("workerRuns") }
+    }
+    workerDone.signal()
+  }.start()
+  usleep(200_000)  // the worker is blocked in its hop by now
+  onceOnMain(token: EngineTokens.inPlace) { tally.add("mainRuns") }
+  // The token is done: nothing the worker waits for is left to do.
+  let deadline = DispatchTime.now() + 3
+  let result =
+    tracked ? workerDone.wait(for: worker, timeout: deadline) : workerDone.wait(timeout: deadline)
+  guard result == .success else {
+    verdict(
+      false,
+      "the worker was still blocked 3 s after main-queue code finished its token \(tally.summary)"
+    )
+  }
+  verdict(tally["mainRuns"] + tally["workerRuns"] == 1, tally.summary)
+}
+
+/// Runs on the main queue.
+private func concurrentPerformScenario() {
+  let tally = Tally()
+  let outer = pthread_self()
+  let workerArrived = DispatchSemaphore(value: 0)
+  DispatchQueue.global().asyncAfter(deadline: .now() + 5) {
+    verdict(false, "concurrentPerform did not return within 5 s \(tally.summary)")
+  }
+  DispatchQueue.concurrentPerform(iterations: 8) { _ in
+    if pthread_equal(pthread_self(), outer) != 0 {
+      tally.add("mainIterations")
+      // Let a worker iteration reach its hop first (bounded: it may never come).
+      if workerArrived.wait(timeout: .now() + 2) == .success { usleep(100_000) }
+    } else {
+      tally.add("workerIterations")
+      workerArrived.signal()
+    }
+    onceOnMain(token: EngineTokens.perform) { tally.add("runs") }
+  }
+  verdict(tally["runs"] == 1 && tally["workerIterations"] > 0, tally.summary)
+}
+
+// MARK: - Bug 4: fallback mode
+
+/// Runs off the main queue; needs `MAINONCE_QUEUE_INTROSPECTION=off`. With `mainCaller`, a
+/// main-queue block calls the same token while the nested call's initializer runs.
+private func runFallbackRunOnceNesting(mainCaller: Bool) {
+  let tally = Tally()
+  let object = Widget()
+  let mainCallerDone = DispatchSemaphore(value: 0)
+  @Sendable func record() {
+    tally.add("runs")
+    if DispatchQueue.getSpecific(key: mainQueueKey) != true {
+      tally.add("outsideMainContext")
+      // Written at once, so that it is seen even if the process dies next.
+      FileHandle.standardOutput.write(Data("NOTE an initializer ran outside main context\n".utf8))
+    }
+  }
+  runOnce(for: object) {
+    onceOnMain(token: EngineTokens.fallback) {
+      record()
+      guard mainCaller else { return }
+      // A real main-queue caller arrives while this initializer runs.
+      DispatchQueue.main.async {
+        onceOnMain(token: EngineTokens.fallback) { record() }
+        mainCallerDone.signal()
+      }
+      usleep(300_000)
+    }
+  }
+  if mainCaller, mainCallerDone.wait(timeout: .now() + 5) != .success {
+    verdict(false, "the main-queue caller did not return within 5 s \(tally.summary)")
+  }
+  verdict(tally["runs"] == 1 && tally["outsideMainContext"] == 0, tally.summary)
+}
+
+// MARK: - Bug 7: lost cancellations
+
+/// Runs off the main queue. Up to five storms, each on a fresh token, stopping at the first
+/// that loses a cancellation.
+private func runAsyncCancellationStorm() {
+  let tally = Tally()
+  let callers = 4_000
+  for storm in 0..<5 {
+    let owner = TokenOwner()
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let runsBefore = tally["runs"]
+    // A blocking caller's initializer holds the main queue, so no async caller can be answered
+    // except by cancellation.
+    Thread {
+      onceOnMain(token: owner.token) {
+        tally.add("runs")
+        started.signal()
+        _ = release.wait(timeout: .now() + 20)  // bounded
+      }
+    }.start()
+    guard started.wait(timeout: .now() + 5) == .success else {
+      verdict(false, "the initializer did not start within 5 s")
+    }
+    let ended = DispatchGroup()
+    let outcome = Tally()
+    var tasks: [Task<Void, Never>] = []
+    tasks.reserveCapacity(callers)
+    var random = SystemRandomNumberGenerator()
+    var cancelledUpTo = 0
+    for index in 0..<callers {
+      ended.enter()
+      tasks.append(
+        Task.detached {
+          do {
+            try await onceOnMain(token: owner.token) { tally.add("runs") }
+            outcome.add("returned")
+          } catch is CancellationError {
+            outcome.add("cancelled")
+          } catch {
+            outcome.add("otherErrors")
+          }
+          ended.leave()
+        })
+      // Cancel the callers up to a random lag behind the newest: they may be anywhere around
+      // their await by now, some in the middle of registering.
+      let lag = Int.random(in: 0...6, using: &random)
+      while cancelledUpTo <= index - lag {
+        tasks[cancelledUpTo].cancel()
+        cancelledUpTo += 1
+      }
+      if Int.random(in: 0..<4, using: &random) == 0 {
+        usleep(UInt32.random(in: 0...20, using: &random))
+      }
+    }
+    for task in tasks[cancelledUpTo...] { task.cancel() }
+    // Every caller is cancelled and the initializer still runs: all must end now.
+    let endedInTime = ended.wait(timeout: .now() + 3) == .success
+    let stillWaiting =
+      callers - outcome["cancelled"] - outcome["returned"] - outcome["otherErrors"]
+    release.signal()
+    guard ended.wait(timeout: .now() + 10) == .success else {
+      verdict(false, "callers still waiting 10 s after the initializer finished \(tally.summary)")
+    }
+    tally.add("storms")
+    tally.add("cancelled", outcome["cancelled"])
+    tally.add("returnedDespiteCancel", outcome["returned"])
+    tally.add("otherErrors", outcome["otherErrors"])
+    tally.add("stillWaitingAfterCancel", stillWaiting)
+    if !endedInTime || outcome["cancelled"] != callers || tally["runs"] != runsBefore + 1 {
+      verdict(false, "storm \(storm): \(tally.summary)")
+    }
+  }
+  verdict(true, tally.summary)
+}

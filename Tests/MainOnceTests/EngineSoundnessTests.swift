@@ -1,0 +1,289 @@
+import Dispatch
+import Foundation
+import MainOnceFixtureSupport
+import Synchronization
+import Testing
+
+@testable import MainOnce
+
+/// Adversarial reproductions of engine bugs, one fixture process per scenario (the main queue is
+/// process-wide; several scenarios leave it, or the process's heap, in a state no other test may
+/// share). See `Tests/MainOnceFixture/EngineScenarios.swift` for what each scenario does.
+///
+/// Serialized: several scenarios depend on a worker reaching its hop within a fixed delay, which
+/// other fixture processes competing for two cores would make less likely.
+@Suite("Engine soundness", .serialized)
+struct EngineSoundnessTests {
+  struct Case: CustomTestStringConvertible, Sendable {
+    let scenario: String
+    let driver: Driver
+    var testDescription: String { "\(scenario), \(driver.rawValue)" }
+  }
+
+  static func cases(_ scenarios: String...) -> [Case] {
+    scenarios.flatMap { scenario in
+      [Driver.dispatchMain, .runLoop].map { Case(scenario: scenario, driver: $0) }
+    }
+  }
+
+  /// Under `--sanitize=address`, freed memory must be reusable (no quarantine), or the
+  /// scenarios that need an address reused cannot run, and a leak report at exit must not turn
+  /// a passing scenario into a failing one. Ignored without AddressSanitizer.
+  static let sanitizerEnvironment: [String: String] = {
+    let ours = "quarantine_size_mb=0:thread_local_quarantine_size_kb=0:detect_leaks=0"
+    let existing = ProcessInfo.processInfo.environment["ASAN_OPTIONS"].map { $0 + ":" } ?? ""
+    return ["ASAN_OPTIONS": existing + ours]
+  }()
+
+  /// Runs `MainOnceFixture engine <scenario> <driver>` and checks that it passed.
+  private func expectPass(
+    _ testCase: Case, environment: [String: String] = [:],
+    sourceLocation: SourceLocation = #_sourceLocation
+  ) async throws {
+    let outcome = try await FixtureProcess.run(
+      "MainOnceFixture", ["engine", testCase.scenario, testCase.driver.rawValue],
+      environment: Self.sanitizerEnvironment.merging(environment) { $1 })
+    #expect(!outcome.timedOut, "the scenario hung", sourceLocation: sourceLocation)
+    #expect(
+      outcome.status == 0,
+      "status \(outcome.status): \(outcome.verdict)\n\(outcome.standardOutput)\n\(outcome.standardError)",
+      sourceLocation: sourceLocation)
+    #expect(outcome.verdict.hasPrefix("PASS"), sourceLocation: sourceLocation)
+  }
+
+  // MARK: Bug 1: early return at a reused address
+
+  @Test(
+    "a hop left over by an in-place run does not answer a new token at the same address",
+    arguments: cases("staleHopEarlyReturn", "staleHopEarlyReturnPerObject"))
+  func staleHopDoesNotAnswerNewToken(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  @Test(
+    "a left-over hop served by a nested run loop does not strand the callers of a new token",
+    arguments: cases("staleHopNegativeCount"))
+  func staleHopDoesNotStrandCallers(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  // MARK: Bug 2: writes after the owner is gone
+
+  @Test(
+    "a completion handler may release the token's owner; MainOnce does not write to it after",
+    arguments: cases("ownerReleasedByCompletion"))
+  func ownerReleasedByCompletionHandler(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  @Test(
+    "owners released while their completion calls are in flight: each success is their own",
+    arguments: cases("ownersReleasedInFlight"))
+  func ownersReleasedWhileInFlight(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  // MARK: Bug 3: callers left blocked
+
+  @Test(
+    "a worker in its hop returns once main-queue code has run the token in place",
+    arguments: cases("inPlaceWhileWorkerHops", "inPlaceWhileWorkerHopsTracked"))
+  func workerInHopReturns(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  @Test(
+    "concurrentPerform on the main queue with one token does not hang",
+    arguments: cases("concurrentPerform"))
+  func concurrentPerformOnMain(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  // MARK: Bug 4: fallback mode
+
+  @Test(
+    "without queue introspection, onceOnMain inside a runOnce body still runs in main context",
+    arguments: cases("fallbackRunOnceNesting", "fallbackRunOnceNestingAlone"))
+  func fallbackNestedInRunOnce(_ testCase: Case) async throws {
+    try await expectPass(testCase, environment: ["MAINONCE_QUEUE_INTROSPECTION": "off"])
+  }
+
+  // MARK: Bug 7: lost cancellations
+
+  @Test("async callers cancelled at random moments around their await all end promptly")
+  func cancellationStorm() async throws {
+    try await expectPass(Case(scenario: "asyncCancellationStorm", driver: .dispatchMain))
+  }
+
+  // MARK: The randomized stress
+
+  @Test(
+    "randomized stress: mixed callers, throws, cancellations, in-place runs, reused addresses",
+    arguments: [Driver.dispatchMain, .runLoop, .asyncMain])
+  func engineStress(_ driver: Driver) async throws {
+    let (executable, arguments) =
+      driver == .asyncMain
+      ? ("MainOnceAsyncFixture", ["engineStress"])
+      : ("MainOnceFixture", ["engine", "stress", driver.rawValue])
+    let outcome = try await FixtureProcess.run(
+      executable, arguments, environment: Self.sanitizerEnvironment,
+      timeout: .seconds(EngineStress.watchdogSeconds + 30))
+    #expect(!outcome.timedOut, "the stress hung: \(outcome.standardError)")
+    #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
+    #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
+    #expect(Int(outcome.value("reusedAddresses") ?? "") ?? 0 > 0, "no address was reused")
+    for key in [
+      "doubleSuccesses", "missedSuccesses", "runsAfterSuccess", "overlaps", "outsideMainContext",
+      "earlyReturns", "foreignErrors", "unanswered",
+    ] {
+      #expect(outcome.value(key) == "0", "\(key): \(outcome.verdict)")
+    }
+  }
+}
+
+// MARK: - In-process reproductions
+
+/// An `AsyncMainLazy` whose builder awaits its own value.
+private enum SelfAwaitingLazy {
+  static let value: AsyncMainLazy<Int> = AsyncMainLazy { try await SelfAwaitingLazy.read() + 1 }
+
+  static func read() async throws -> Int { try await value.value }
+}
+
+/// An object that calls `runOnce(for: self)` from a method that its `deinit` calls too.
+private final class SelfScoped: Sendable {
+  static let runs = Atomic(0)
+  /// The line of the `runOnce(for:)` call below.
+  static let callLine: UInt = #line + 3
+
+  func setUp() {
+    runOnce(for: self) { SelfScoped.runs.add(1, ordering: .relaxed) }
+  }
+
+  deinit { setUp() }
+}
+
+/// Lets a builder suspend until a thread releases it, without blocking the main actor.
+private final class BuildGate: @unchecked Sendable {
+  // This is safe because `continuation` and `isOpen` are only touched under `lock`.
+  private let lock = NSLock()
+  private var continuation: CheckedContinuation<Void, Never>?
+  private var isOpen = false
+  let returned = Atomic(false)
+
+  func wait() async {
+    await withCheckedContinuation { continuation in
+      lock.lock()
+      if isOpen {
+        lock.unlock()
+        continuation.resume()
+      } else {
+        self.continuation = continuation
+        lock.unlock()
+      }
+    }
+  }
+
+  func open() {
+    lock.lock()
+    isOpen = true
+    let waiting = continuation.take()
+    lock.unlock()
+    waiting?.resume()
+  }
+}
+
+@Suite("Engine soundness, in process")
+struct EngineSoundnessInProcessTests {
+  // MARK: Bug 5
+
+  @Test("an AsyncMainLazy builder that awaits its own value stops with a message")
+  func asyncLazyAwaitingItself() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest(seconds: 5)
+      _ = try? await SelfAwaitingLazy.value.value
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("MainOnce:"), "\(text)")
+    #expect(text.contains("AsyncMainLazy"), "\(text)")
+  }
+
+  // MARK: Bug 6
+
+  /// Either the call site runs once per lifetime, also when `deinit` reaches it, or MainOnce
+  /// stops the process with a message naming the call site. The child exits with a failure in
+  /// both cases, so that one exit condition covers them; `RESULT runs=` tells them apart.
+  @Test("runOnce(for: self) reached from deinit does not run the call site a second time")
+  func runOnceFromDeinit() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest(seconds: 5)
+      do {
+        let object = SelfScoped()
+        object.setUp()
+        object.setUp()
+      }  // deinit calls setUp() again
+      let runs = SelfScoped.runs.load(ordering: .relaxed)
+      FileHandle.standardError.write(Data("RESULT runs=\(runs)\n".utf8))
+      exit(EXIT_FAILURE)
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let ranOnce = text.contains("RESULT runs=1\n")
+    let stoppedAtCallSite =
+      !text.contains("RESULT runs=") && text.contains("MainOnce:")
+      && text.contains("MainOnceTests/EngineSoundnessTests.swift:\(SelfScoped.callLine)")
+    #expect(ranOnce || stoppedAtCallSite, "\(text)")
+  }
+
+  // MARK: Bug 7: AsyncMainLazy bookkeeping
+
+  /// Callers are cancelled right as the build finishes, so that many cancellation handlers run
+  /// after their caller was already resumed with the value. Once every caller has returned, the
+  /// lazy value must keep no per-caller bookkeeping.
+  @Test("AsyncMainLazy keeps no bookkeeping for callers cancelled after they were answered")
+  func asyncLazyForgetsLateCancellations() async throws {
+    let gate = BuildGate()
+    let lazy = AsyncMainLazy<Int> {
+      await gate.wait()
+      gate.returned.store(true, ordering: .releasing)
+      return 5
+    }
+    let callers = (0..<2_000).map { _ in Task.detached { try await lazy.value } }
+    try await Task.sleep(for: .milliseconds(200))  // let every caller join the build
+    // As the build returns, cancel every caller: most are resumed already, or about to be.
+    let cancelled = await onThread { () -> Bool in
+      gate.open()
+      let deadline = DispatchTime.now() + 5
+      while !gate.returned.load(ordering: .acquiring) {
+        if DispatchTime.now() > deadline { return false }
+      }
+      for caller in callers { caller.cancel() }
+      return true
+    }
+    #expect(cancelled == true, "the build did not return within 5 s")
+    var values = 0
+    var cancellations = 0
+    for caller in callers {
+      switch await Result(catching: { try await withinTimeLimit { try await caller.value } }) {
+      case .success(let value?):
+        #expect(value == 5)
+        values += 1
+      case .success(nil): break  // withinTimeLimit recorded an issue
+      case .failure(is CancellationError): cancellations += 1
+      case .failure(let error): Issue.record("unexpected error \(error)")
+      }
+    }
+    #expect(values + cancellations == callers.count)
+    // Nothing is kept for the callers: the build's flight has ended, and is no longer attached.
+    let (activeFlights, attached) = Registry.shared.withLock { registry in
+      (
+        registry.activeFlights.values.filter {
+          $0.label.description.hasPrefix("AsyncMainLazy<Int>")
+        }
+        .count,
+        lazy._storage.flight.load(ordering: .relaxed)
+      )
+    }
+    #expect(activeFlights == 0)
+    #expect(attached == 0, "the build's flight is still attached")
+  }
+}
