@@ -2,20 +2,29 @@
 ///
 /// Use it for "lazy singleton stacks": objects that must be created on the main queue (they
 /// talk to a main-thread-only library, or hold `@MainActor` state) but are read from anywhere.
+/// It is also the answer to "`onceOnMain` that returns a value".
 ///
 /// ```swift
 /// enum Services {
-///   static let database = MainLazy { DatabaseStack() }
+///   static let stack = MainLazy { PersistenceStack() }
+///   static let database = MainLazy { try Database(path: "/var/lib/app.db") }
 /// }
 ///
-/// let stack = Services.database.value  // any thread; built on first use
+/// let stack = Services.stack.value               // any thread; built on first use
+/// let database = try Services.database.value     // a builder that throws
 /// ```
 ///
 /// The builder runs exactly as an initializer of ``onceOnMain(token:file:line:_:)`` does: once,
-/// in main context, with concurrent readers waiting for it. Once built, reading `value` is one
-/// acquiring load and one load through the published address: no lock and no hop. Like a
-/// token, a `MainLazy` is statically initialized when declared as a `static let` with a
-/// closure that captures nothing.
+/// in main context, with concurrent readers waiting for it; everything it wrote happens before
+/// every return of ``value``. Once built, reading `value` is one acquiring load and one load
+/// through the published address: no lock and no hop. Like a token, a `MainLazy` is statically
+/// initialized when declared as a `static let` with a closure that captures nothing, and it
+/// cannot be declared with `var`.
+///
+/// A builder that throws (`Failure` is not `Never`) leaves the value unbuilt: the error is
+/// thrown to the reader whose build it was, and the next read builds again. Readers that were
+/// waiting run the builder in turn, as callers of a token do. With a builder that cannot throw,
+/// reading `value` needs no `try`.
 ///
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
 /// process.
@@ -25,13 +34,13 @@
 ///   ``onceOnMain(token:file:line:_:)``. Reading `value` inside its own builder stops the
 ///   process with a message.
 @_staticExclusiveOnly
-public struct MainLazy<Value>: ~Copyable {
+public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// Zero until built, then the address of the built value. Written only by MainOnce.
   @usableFromInline
   let _storage: _OnceStorage
 
   @usableFromInline
-  let build: @MainActor @Sendable () -> Value
+  let build: @MainActor @Sendable () throws(Failure) -> Value
 
   @usableFromInline
   let declaration: CallSite
@@ -41,12 +50,13 @@ public struct MainLazy<Value>: ~Copyable {
   /// - Parameters:
   ///   - file: The file that declares the value, for diagnostics; leave the default.
   ///   - line: The line that declares the value, for diagnostics; leave the default.
-  ///   - build: Builds the value. It runs at most once, in main context.
+  ///   - build: Builds the value, in main context. It runs until it returns a value once; after
+  ///     it throws, the next read runs it again.
   @inlinable
   public init(
     file: StaticString = #fileID,
     line: UInt = #line,
-    _ build: @escaping @MainActor @Sendable () -> Value
+    _ build: @escaping @MainActor @Sendable () throws(Failure) -> Value
   ) {
     _storage = _OnceStorage()
     self.build = build
@@ -61,23 +71,29 @@ public struct MainLazy<Value>: ~Copyable {
   }
 
   /// The built value, building it first if needed.
+  ///
+  /// A method, not a property: Swift 6.3.1 crashes compiling a read without `try` of a
+  /// noncopyable type's `throws(Never)` getter, so the `value` overloads for `Never` call this
+  /// instead.
   @inlinable
   @inline(__always)
-  var _builtValue: Value {
+  func _builtValue() throws(Failure) -> Value {
     let address = _storage.published
     if _fastPath(address != 0) {
       return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
     }
-    return _mainLazyBuildSlowPath(self).pointee
+    return try _mainLazyBuildSlowPath(self).pointee
   }
 
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
-  func build(site: CallSite) {
+  func build(site: CallSite) throws(Failure) {
     let label = CellLabel.lazy(typeName: String(describing: Value.self), declaration: declaration)
-    OnceEngine.run(_storage.cell(label: label), policy: .mainQueue, site: site) {
-      MainActor.runIsolated { [build] in
+    try OnceEngine.run(_storage.cell(label: label), policy: .mainQueue, site: site) {
+      () throws(Failure) -> UInt in
+      try MainActor.runIsolated { [build] () throws(Failure) -> UInt in
+        let value = try build()
         let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-        built.initialize(to: build())
+        built.initialize(to: value)
         return UInt(bitPattern: built)
       }
     }
@@ -88,8 +104,10 @@ public struct MainLazy<Value>: ~Copyable {
 /// the lazy value's address in an argument register and needs no stack frame.
 @usableFromInline
 @inline(never)
-func _mainLazyBuildSlowPath<Value>(_ lazy: borrowing MainLazy<Value>) -> UnsafePointer<Value> {
-  lazy.build(site: lazy.declaration)
+func _mainLazyBuildSlowPath<Value, Failure: Error>(
+  _ lazy: borrowing MainLazy<Value, Failure>
+) throws(Failure) -> UnsafePointer<Value> {
+  try lazy.build(site: lazy.declaration)
   return UnsafePointer(bitPattern: lazy._storage.published).unsafelyUnwrapped
 }
 
@@ -98,18 +116,44 @@ extension MainLazy where Value: Sendable {
   ///
   /// Once built, this is one acquiring load and one load, inlined into the caller. The
   /// builder's writes happen before every return.
+  ///
+  /// - Throws: The error the builder threw, if this reader's build threw; the next read
+  ///   builds again.
   @inlinable
   public var value: Value {
-    _builtValue
+    get throws(Failure) { try _builtValue() }
+  }
+}
+
+extension MainLazy where Value: Sendable, Failure == Never {
+  /// The value, built in main context on first use. Safe to read from any thread.
+  ///
+  /// Once built, this is one acquiring load and one load, inlined into the caller. The
+  /// builder's writes happen before every return.
+  @inlinable
+  public var value: Value {
+    _builtValue()
   }
 }
 
 extension MainLazy {
   /// The value, built on first use. A value that is not `Sendable` stays on the main actor.
+  ///
+  /// - Throws: The error the builder threw, if this reader's build threw; the next read
+  ///   builds again.
   @MainActor
   @inlinable
   public var value: Value {
-    _builtValue
+    get throws(Failure) { try _builtValue() }
+  }
+}
+
+extension MainLazy where Failure == Never {
+  /// The value, built on first use. A value that is not `Sendable` stays on the main actor.
+  @MainActor
+  @inlinable
+  public var value: Value {
+    _builtValue()
   }
 }
 

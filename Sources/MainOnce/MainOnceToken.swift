@@ -52,11 +52,26 @@ public struct MainOnceToken: ~Copyable, Sendable {
   }
 
   /// Whether an initializer has run to completion for this token and been published: one
-  /// acquiring load.
+  /// acquiring load. The fast path of every call.
   @inlinable
   @inline(__always)
   var _isDone: Bool {
     _storage.isPublished
+  }
+
+  /// Whether an initializer has run to completion for this token.
+  ///
+  /// Use it for assertions and to skip work that is already set up. Once `true`, it stays
+  /// `true`, and everything the initializer wrote happens before the read that returned it.
+  ///
+  /// When the token is done this is one acquiring load. Before, it also checks whether an
+  /// initialization for the token is in progress or has just finished (one more load, and a
+  /// lock if so), so that it is `true` as soon as any caller could have seen the end: for
+  /// example inside the completion handler of
+  /// ``onceOnMain(token:completionQueue:file:line:_:completion:)-60dt3``.
+  @inlinable
+  public var isDone: Bool {
+    _storage.isDone
   }
 
   /// The token's cell, to use only while the token is borrowed.

@@ -14,6 +14,24 @@ struct CompletionFormTests {
     static let racing = MainOnceToken("racing completions")
     static let failing = MainOnceToken("failing completion")
     static let failingThenCalled = MainOnceToken("failing completion, called again later")
+    static let doneInHandler = MainOnceToken("done in the handler")
+  }
+
+  @Test("in its handler the token is done, though no caller has published it yet")
+  func tokenIsDoneInHandler() async {
+    let seen = Recorder<Bool>()
+    let handled = DispatchSemaphore(value: 0)
+    let doneBefore = Tokens.doneInHandler.isDone
+    #expect(!doneBefore)
+    onceOnMain(token: Tokens.doneInHandler, completionQueue: .global()) {
+    } completion: {
+      seen.record(Tokens.doneInHandler.isDone)
+      handled.signal()
+    }
+    #expect(await wait(for: handled))
+    #expect(seen.recorded == [true])
+    let doneAfter = Tokens.doneInHandler.isDone
+    #expect(doneAfter)
   }
 
   @Test("handlers run once each, in the order the calls arrived, on the given queue")

@@ -242,6 +242,7 @@ struct EngineSoundnessInProcessTests {
   @Test("AsyncMainLazy keeps no bookkeeping for callers cancelled after they were answered")
   func asyncLazyForgetsLateCancellations() async throws {
     let gate = BuildGate()
+    let declaration = "declared at MainOnceTests/EngineSoundnessTests.swift:\(#line + 1)"
     let lazy = AsyncMainLazy<Int> {
       await gate.wait()
       gate.returned.store(true, ordering: .releasing)
@@ -277,7 +278,7 @@ struct EngineSoundnessInProcessTests {
     let (activeFlights, attached) = Registry.shared.withLock { registry in
       (
         registry.activeFlights.values.filter {
-          $0.label.description.hasPrefix("AsyncMainLazy<Int>")
+          $0.label.description.hasSuffix(declaration)
         }
         .count,
         lazy._storage.flight.load(ordering: .relaxed)

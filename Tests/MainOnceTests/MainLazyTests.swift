@@ -6,6 +6,10 @@ import Testing
 
 @testable import MainOnce
 
+struct LazyBuildFailed: Error, Equatable {
+  let attempt: Int
+}
+
 final class Stack: Sendable {
   let builtInMainContext: Bool
   let serial: Int
@@ -22,12 +26,19 @@ final class MainOnlyStack {
 }
 
 private let builds = Atomic(0)
+private let failingThriceAttempts = Atomic(0)
 
 @Suite("MainLazy", .testProcessSettings)
 struct MainLazyTests {
   enum Values {
     static let stack = MainLazy { Stack(serial: builds.add(1, ordering: .relaxed).newValue) }
     static let mainOnly = MainLazy { MainOnlyStack() }
+    static let failingThrice = MainLazy { () throws(LazyBuildFailed) -> Int in
+      let attempt = failingThriceAttempts.add(1, ordering: .relaxed).newValue
+      usleep(2_000)  // long enough for the other readers to queue up behind each build
+      if attempt <= 3 { throw LazyBuildFailed(attempt: attempt) }
+      return attempt
+    }
   }
 
   @Test("the builder runs once, in main context, while eight threads race")
@@ -45,6 +56,26 @@ struct MainLazyTests {
     #expect(builtInMainContext)
   }
 
+  @Test("a builder that throws hands its error to its own reader, and the next read builds again")
+  func throwingBuilder() async throws {
+    let outcomes = Locked<[Result<Int, LazyBuildFailed>]>([])
+    await raceThreads(8) { _ in
+      let outcome = Result { () throws(LazyBuildFailed) in try Values.failingThrice.value }
+      outcomes.withLock { $0.append(outcome) }
+    }
+    let results = outcomes.withLock { $0 }
+    // Each failed build's error went to one reader; everyone else got the one value built.
+    #expect(results.count == 8)
+    #expect(results.compactMap { try? $0.get() } == Array(repeating: 4, count: 5))
+    let errors = results.compactMap { result -> Int? in
+      if case .failure(let error) = result { error.attempt } else { nil }
+    }
+    #expect(errors.sorted() == [1, 2, 3])
+    #expect(failingThriceAttempts.load(ordering: .relaxed) == 4)
+    let value = try Values.failingThrice.value
+    #expect(value == 4)
+  }
+
   @Test("a value that is not Sendable is built and read on the main actor")
   @MainActor
   func mainActorValue() {
@@ -57,7 +88,7 @@ struct MainLazyTests {
 /// A lazy value whose builder reads itself.
 enum SelfReadingLazy {
   static let declarationLine: UInt = #line + 1
-  static let value: MainLazy<Int> = MainLazy { SelfReadingLazy.value.value + 1 }
+  static let value: MainLazy<Int, Never> = MainLazy { SelfReadingLazy.value.value + 1 }
 }
 
 @Suite("MainLazy misuse")

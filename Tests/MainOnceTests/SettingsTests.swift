@@ -62,6 +62,18 @@ struct SettingsTests {
     #expect(warning.contains("MAINONCE_QUEUE_INTROSPECTION=off"))
   }
 
+  @Test(
+    "a test runner is told to wait the test framework's way, any other process to serve the main queue"
+  )
+  func serveMainQueueHints() {
+    #expect(Platform.isTestRunner, "this process runs the tests")
+    let inTest = Look.serveMainQueueHint(inTestRunner: true)
+    #expect(inTest.contains("XCTestExpectation") && inTest.contains("`await`"))
+    #expect(!inTest.contains("dispatchMain()"))
+    let elsewhere = Look.serveMainQueueHint(inTestRunner: false)
+    #expect(elsewhere.contains("dispatchMain() or RunLoop.main.run()"))
+  }
+
   @Test("in this process the layout self-test passes and main context is exact")
   func selfTestPassesHere() {
     #expect(MainContext.isExact)

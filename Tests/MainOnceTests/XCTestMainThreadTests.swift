@@ -9,6 +9,7 @@ final class XCTestMainThreadTests: XCTestCase {
   enum Tokens {
     static let inline = MainOnceToken("xctest inline")
     static let hop = MainOnceToken("xctest hop")
+    static let blockedTest = MainOnceToken("xctest blocked test")
   }
 
   func testCallFromTheTestMethodRunsInPlace() {
@@ -26,6 +27,51 @@ final class XCTestMainThreadTests: XCTestCase {
     }
     wait(for: [done], timeout: 10)
     XCTAssertEqual(ranOnMainThread.get(), true)
+  }
+}
+
+extension XCTestMainThreadTests {
+  /// A test that blocks the main thread in a semaphore while a worker waits for the main queue
+  /// is told to wait the test framework's way, not to call dispatchMain(). XCTest runs before
+  /// the Swift Testing suites, one test at a time, so the settings changed here affect no
+  /// other test.
+  func testStallReportInATestNamesTheTestFrameworksWaits() {
+    let reports = ReportLog()
+    DeadlockDetection.reportHandler = { reports.append($0.text) }
+    DeadlockDetection.stallTimeout = .milliseconds(100)
+    defer {
+      DeadlockDetection.reportHandler = nil
+      DeadlockDetection.stallTimeout = .seconds(1)
+    }
+    let done = expectation(description: "the worker's call returned")
+    DispatchQueue.global().async {
+      onceOnMain(token: Tokens.blockedTest) {}
+      done.fulfill()
+    }
+    // Blocks the main thread, which holds the main queue: the worker's hop cannot run.
+    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 0.6)
+    // Serves the main queue: the hop runs.
+    wait(for: [done], timeout: 10)
+    let text = reports.all.joined(separator: "\n")
+    XCTAssertTrue(text.contains("the main thread holds the main queue but is not serving it"), text)
+    XCTAssertTrue(text.contains("hint: in a test, wait the way the test framework serves"), text)
+    XCTAssertFalse(text.contains("dispatchMain() or RunLoop.main.run()"), text)
+  }
+}
+
+private final class ReportLog: @unchecked Sendable {
+  // This is safe because `texts` is only touched while `lock` is held.
+  private let lock = NSLock()
+  private var texts: [String] = []
+  func append(_ text: String) {
+    lock.lock()
+    texts.append(text)
+    lock.unlock()
+  }
+  var all: [String] {
+    lock.lock()
+    defer { lock.unlock() }
+    return texts
   }
 }
 

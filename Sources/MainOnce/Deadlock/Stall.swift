@@ -164,7 +164,7 @@ struct Look {
           "the main thread holds the main queue but is not serving it: it has not called"
             + " dispatchMain() and runs no RunLoop.main; it is \(state)"
         ] + stuck,
-        "serve the main queue: call dispatchMain() or RunLoop.main.run() on the main thread"
+        Self.serveMainQueueHint(inTestRunner: Platform.isTestRunner)
       )
     }
     switch state.activity {
@@ -185,6 +185,19 @@ struct Look {
         "the hop runs when the main queue's current work returns"
       )
     }
+  }
+}
+
+extension Look {
+  /// What to do about a main thread that does not serve the main queue. In a test the main
+  /// thread is the test runner's: it serves the main queue while a test waits the test
+  /// framework's way.
+  static func serveMainQueueHint(inTestRunner: Bool) -> String {
+    inTestRunner
+      ? "in a test, wait the way the test framework serves the main queue: `await` in an async"
+        + " test, or an XCTestExpectation with `wait(for:timeout:)` or `await fulfillment(of:)`,"
+        + " rather than blocking the main thread (in a semaphore, say)"
+      : "serve the main queue: call dispatchMain() or RunLoop.main.run() on the main thread"
   }
 }
 

@@ -46,6 +46,32 @@ struct _OnceStorage: ~Copyable, Sendable {
     published != 0
   }
 
+  /// Whether an initialization has succeeded here: published, or finished by a flight that no
+  /// caller has published yet (which this publishes). One acquiring load when published; one
+  /// more relaxed load when no flight is attached; a lock otherwise.
+  @inlinable
+  @inline(__always)
+  var isDone: Bool {
+    isPublished || (flight.load(ordering: .relaxed) != 0 && _publishIfFinished())
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _publishIfFinished() -> Bool {
+    let storage = address
+    return Registry.shared.withLock { _ in Cell.publishIfFinished(storage) }
+  }
+
+  /// The storage's address, for a caller that borrows the storage for as long as it uses it.
+  ///
+  /// The address outlives `withUnsafePointer`'s closure. This is safe because the storage
+  /// holds `Atomic`s, which have raw layout: a borrowed value of such a type is always passed
+  /// by address and never copied, so the address is the storage's own, and it stays put until
+  /// the borrow ends.
+  private var address: UnsafePointer<_OnceStorage> {
+    withUnsafePointer(to: self) { $0 }
+  }
+
   /// The value of the initializer that succeeded for this storage, published or not, or zero:
   /// for a storage that owns the value (a ``MainLazy``'s or ``AsyncMainLazy``'s) to free it
   /// at its end. A flight never dereferences its outcome, so this is the only owner.
@@ -60,13 +86,8 @@ struct _OnceStorage: ~Copyable, Sendable {
 
   /// The cell this storage backs, for a caller that borrows the storage for longer than the
   /// cell is used: a blocking call, or an async call across its suspension.
-  ///
-  /// The storage's address outlives `withUnsafePointer`'s closure. This is safe because the
-  /// storage holds `Atomic`s, which have raw layout: a borrowed value of such a type is always
-  /// passed by address and never copied, so the address is the storage's own, and it stays put
-  /// until the borrow ends; the caller uses the cell only within its borrow.
   func cell(label: CellLabel) -> Cell {
-    Cell(storage: withUnsafePointer(to: self) { $0 }, label: label)
+    Cell(storage: address, label: label)
   }
 }
 
@@ -83,7 +104,7 @@ struct Cell {
   /// The flight to join, made and attached if the cell has none; `nil` if the cell is done.
   /// A flight that has finished is published here first. Call under the registry lock.
   func flight(policy: OnceEngine.Policy) -> Flight? {
-    if publishIfFinished() { return nil }
+    if Self.publishIfFinished(storage) { return nil }
     if let attached = Flight.attached(to: storage) { return attached }
     let flight = Flight(label: label, policy: policy)
     storage.pointee.flight.store(flight.retainedForStorage(), ordering: .relaxed)
@@ -94,14 +115,14 @@ struct Cell {
   /// that ends because the cell is done ends here, while it still borrows the storage.
   func settle() {
     if isPublished { return }
-    Registry.shared.withLock { _ in _ = publishIfFinished() }
+    Registry.shared.withLock { _ in _ = Self.publishIfFinished(storage) }
   }
 
   /// Whether the cell is done, publishing it first if its flight has succeeded: the value is
   /// stored with a releasing store, and the storage lets go of the finished flight. Call under
-  /// the registry lock.
-  private func publishIfFinished() -> Bool {
-    if isPublished { return true }
+  /// the registry lock, while the storage is borrowed.
+  static func publishIfFinished(_ storage: UnsafePointer<_OnceStorage>) -> Bool {
+    if storage.pointee.isPublished { return true }
     guard let flight = Flight.attached(to: storage), let value = flight.outcome else {
       return false
     }

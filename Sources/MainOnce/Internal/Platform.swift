@@ -30,6 +30,16 @@ struct ThreadID: Hashable, Sendable, CustomStringConvertible {
 }
 
 enum Platform {
+  /// Whether this process is a test runner: `swift test` runs the package's `.xctest` bundle,
+  /// which runs XCTest and Swift Testing tests (and Swift Testing's exit tests) alike.
+  static let isTestRunner: Bool = {
+    var path = [CChar](repeating: 0, count: 4_096)
+    let length = readlink("/proc/self/exe", &path, path.count - 1)
+    guard length > 0 else { return false }
+    return String(decoding: path[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+      .hasSuffix(".xctest")
+  }()
+
   /// The value of an environment variable, read without Foundation.
   static func environment(_ name: String) -> String? {
     getenv(name).map { String(cString: $0) }
