@@ -54,6 +54,7 @@ let package = Package(
       name: "MainOnceTests",
       dependencies: [
         "MainOnce", "MainOnceFixtureSupport", "MainOnceFixture", "MainOnceAsyncFixture",
+        "MainOnceDemo",
       ]
     ),
   ],

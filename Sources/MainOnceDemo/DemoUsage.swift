@@ -6,6 +6,7 @@ enum DemoUsage {
       dispatchMain   threads race to use a main-only stack; dispatchMain() serves the main queue
       runLoop        the same, served by RunLoop.main.run()
       mainActor      the same, from async code on the main actor
+      foreign-loop   the same, served by a poll loop of its own through MainQueueDriver
 
     Diagnostics:
       reentrance     an initializer calls onceOnMain for its own token (stops the process)

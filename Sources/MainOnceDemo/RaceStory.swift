@@ -8,6 +8,7 @@ struct RaceStory {
     case dispatchMain = "dispatchMain()"
     case runLoop = "RunLoop.main.run()"
     case mainActor = "async code on the main actor"
+    case foreignLoop = "a poll loop of its own, with MainQueueDriver"
   }
 
   let driver: Driver
@@ -39,6 +40,14 @@ struct RaceStory {
         useServices(earlyReturns: earlyReturns)
       }
       dispatchMain()
+    case .foreignLoop:
+      // As a GLib, SDL or libuv loop would: wait for the driver's descriptor among others, and
+      // drain the main queue when it is readable.
+      var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+      while true {
+        _ = poll(&events, 1, -1)
+        if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+      }
     }
   }
 

@@ -1,4 +1,4 @@
-// swift run MainOnceDemo [dispatchMain | runLoop | mainActor]
+// swift run MainOnceDemo [dispatchMain | runLoop | mainActor | foreign-loop]
 //
 // Sets up a main-only "stack" guarded by MainOnce, starts threads that race to use it, serves
 // the main queue with the chosen driver, prints what happened and exits.
@@ -12,6 +12,8 @@ case "runLoop":
   RaceStory(driver: .runLoop).start()
 case "mainActor":
   RaceStory(driver: .mainActor).start()
+case "foreign-loop":
+  RaceStory(driver: .foreignLoop).start()
 case "reentrance":
   Reentrance.run()
 case "deadlock":

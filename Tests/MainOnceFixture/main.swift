@@ -11,6 +11,9 @@ let usage =
   + "       MainOnceFixture none topLevel\n"
   + "       MainOnceFixture deadlock "
   + DeadlockScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture foreignLoop poll|glib\n"
+  + "       MainOnceFixture service "
+  + ServiceScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture engine "
   + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
 
@@ -20,6 +23,18 @@ if (3...4).contains(CommandLine.arguments.count), CommandLine.arguments[1] == "e
 {
   let driver = CommandLine.arguments.count == 4 ? Driver(rawValue: CommandLine.arguments[3]) : nil
   scenario.run(driver: driver ?? .dispatchMain)
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "foreignLoop",
+  let loop = ForeignLoop(rawValue: CommandLine.arguments[2])
+{
+  loop.run()
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "service",
+  let scenario = ServiceScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
 }
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "deadlock",
@@ -84,7 +99,7 @@ func serveMainQueue(with driver: Driver) -> Never {
   case .runLoop:
     RunLoop.main.run()
     fatalError("RunLoop.main.run() returned")
-  case .none, .asyncMain:
+  case .none, .asyncMain, .mainQueueDriver:
     fatalError("\(driver) does not serve the main queue from this fixture")
   }
 }

@@ -6,6 +6,8 @@ public import Synchronization
 /// How a scenario's process serves the main queue.
 public enum Driver: String, Sendable {
   case dispatchMain, runLoop, asyncMain, none
+  /// An event loop of the scenario's own, serving the main queue with `MainQueueDriver`.
+  case mainQueueDriver
 }
 
 /// Where a scenario's callers call from.

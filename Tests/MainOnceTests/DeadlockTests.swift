@@ -99,7 +99,7 @@ struct DeadlockTests {
     #expect(outcome.status == 0)
     #expect(
       outcome.standardError.contains(
-        "the main thread holds the main queue but is not serving it: it has not called dispatchMain() and runs no RunLoop.main; it is blocked in futex"
+        "the main thread holds the main queue but is not serving it: it has not called dispatchMain() and runs no RunLoop.main or MainQueueDriver loop; it is blocked in futex"
       ), "\(outcome.standardError)")
     #expect(outcome.standardError.contains("hint: serve the main queue"))
   }
@@ -263,6 +263,10 @@ struct DeadlockTests {
       report.text.contains(
         "the main thread holds the main queue and is idle in poll, waiting for events in an event loop of its own, which does not serve the main queue"
       ), "\(report.text)")
+    #expect(
+      report.text.contains(
+        "hint: serve the main queue from that loop with MainQueueDriver: watch MainQueueDriver.fileDescriptor and call MainQueueDriver.drain() when it is readable"
+      ))
   }
 
   @Test("a main queue that computes, then blocks, is reported again and stopped when stalls abort")

@@ -37,6 +37,11 @@ public enum DeadlockDetection {
     case report
     /// Do not look: cycles are not checked, and the watchdog does not watch.
     case off
+    /// For cycles: main-queue code that blocks in a tracked wait runs, in place, the
+    /// initializers its wait depends on, and keeps waiting; a cycle that no initializer can
+    /// break is stopped as with ``abort``. For stalls, the same as ``report``. See the article
+    /// <doc:FindingDeadlocks>, "Waits that serve initializers".
+    case service
   }
 
   /// What to do when a wait would close a cycle. Defaults to ``Response/abort``: the wait can
@@ -132,7 +137,8 @@ public enum DeadlockDetection {
   }
 
   private static let cycleResponseCode = Atomic((Settings.deadlockResponse ?? .abort).code)
-  private static let stallResponseCode = Atomic((Settings.deadlockResponse ?? .report).code)
+  private static let stallResponseCode = Atomic(
+    (Settings.deadlockResponse.map { $0 == .service ? .report : $0 } ?? .report).code)
   private static let stallTimeoutNanoseconds = Atomic<UInt64>(
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
   private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
@@ -145,11 +151,9 @@ public enum DeadlockDetection {
   ) -> BlockedWait? {
     let response = cycleResponse
     let (previous, cycle) = Registry.shared.withLock { registry in
-      registry.beginWait(wait, on: thread, checkingCycles: response != .off)
+      registry.beginWait(wait, on: thread, response: response)
     }
-    if let cycle, !(recheck?() ?? false) {
-      DeadlockReport.cycle(cycle, stops: response == .abort).deliver(at: wait.site)
-    }
+    if let cycle, !(recheck?() ?? false) { cycle.handle(at: wait.site) }
     return previous
   }
 
@@ -165,11 +169,12 @@ extension DeadlockDetection.Response {
     case .abort: 0
     case .report: 1
     case .off: 2
+    case .service: 3
     }
   }
 
   fileprivate init(code: UInt8) {
-    self = code == 0 ? .abort : code == 1 ? .report : .off
+    self = Self.allCases.first { $0.code == code } ?? .abort
   }
 }
 

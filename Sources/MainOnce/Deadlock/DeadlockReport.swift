@@ -31,7 +31,7 @@ public struct DeadlockReport: Sendable, CustomStringConvertible {
 
 extension DeadlockReport {
   /// Builds the report for a wait that would close `cycle`.
-  static func cycle(_ cycle: [CycleEdge], stops: Bool) -> DeadlockReport {
+  static func cycle(_ cycle: [CycleEdge], stops: Bool, note: String? = nil) -> DeadlockReport {
     var lines = ["MainOnce: deadlock detected"]
     for edge in cycle {
       let holder = edge.wait.holdsMainQueue ? " (holds the main queue)" : ""
@@ -40,6 +40,7 @@ extension DeadlockReport {
           + " in \(edge.wait.call);"
           + " blocked by \(edge.blocker.thread)\(edge.blocker.reason)")
     }
+    if let note { lines.append("  " + note) }
     let involvesMainQueue = cycle.contains {
       $0.wait.holdsMainQueue || $0.blocker.reason == Blocker.holdsMainQueue
     }

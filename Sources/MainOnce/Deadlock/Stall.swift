@@ -137,32 +137,38 @@ struct Look {
     _ owner: ThreadID, state: ThreadActivity, stuck: [String], hint: String
   ) -> ([String], String) {
     let isMainThread = owner == ThreadID.mainThread
-    let inRunLoop = isMainThread && MainRunLoop.isRunning
+    let loop: MainLoop? =
+      !isMainThread
+      ? nil
+      : MainRunLoop.isRunning ? .runLoop : MainQueueDriver.isInUse ? .driver : nil
     let name =
-      inRunLoop
-      ? "\(owner) (the main thread, in RunLoop.main)"
-      : isMainThread ? "\(owner) (the main thread)" : "\(owner)"
+      !isMainThread
+      ? "\(owner)"
+      : loop.map { "\(owner) (the main thread, \($0.rawValue))" }
+        ?? "\(owner) (the main thread)"
     if let trackedWait {
       return (
         ["the main queue is held by \(name), which waits for \(trackedWait)"] + stuck,
         "waiting goes on until that wait ends"
       )
     }
-    if isMainThread && !inRunLoop && QueueOwnership.isMainQueueBoundToMainThread {
+    let driverHint =
+      "serve the main queue from that loop with MainQueueDriver: watch"
+      + " MainQueueDriver.fileDescriptor and call MainQueueDriver.drain() when it is readable;"
+      + " or run RunLoop.main.run() or dispatchMain() instead"
+    if isMainThread && loop == nil && QueueOwnership.isMainQueueBoundToMainThread {
       if case .polling = state.activity {
         return (
           [
             "the main thread holds the main queue and is \(state) in an event loop of its own,"
               + " which does not serve the main queue"
-          ],
-          "serve the main queue from that loop, or run RunLoop.main.run() or dispatchMain()"
-            + " instead"
+          ], driverHint
         )
       }
       return (
         [
           "the main thread holds the main queue but is not serving it: it has not called"
-            + " dispatchMain() and runs no RunLoop.main; it is \(state)"
+            + " dispatchMain() and runs no RunLoop.main or MainQueueDriver loop; it is \(state)"
         ] + stuck,
         Self.serveMainQueueHint(inTestRunner: Platform.isTestRunner)
       )
@@ -170,14 +176,22 @@ struct Look {
     switch state.activity {
     case .blockedOnLock:
       return (["the main queue is held by \(name), which is \(state)"] + stuck, hint)
+    case .polling where loop == .driver:
+      return (
+        [
+          "the main queue is held by \(name), which is \(state): its loop has not drained the"
+            + " main queue's work for \(formatDuration(now - since))"
+        ],
+        "drain whenever MainQueueDriver.fileDescriptor is readable: keep it in the set the loop"
+          + " waits on, level-triggered, and call MainQueueDriver.drain() without reading it first"
+      )
     case .polling:
       return (
         [
           "the main queue is held by \(name), which is \(state): it runs an event loop that does"
             + " not serve the main queue (a nested run loop in another mode, or a non-Dispatch"
             + " event loop)"
-        ],
-        "let the main queue be served: RunLoop.main.run() in the default mode, or dispatchMain()"
+        ], driverHint
       )
     default:
       return (
@@ -186,6 +200,12 @@ struct Look {
       )
     }
   }
+}
+
+/// What serves the main queue on the main thread.
+private enum MainLoop: String {
+  case runLoop = "in RunLoop.main"
+  case driver = "served by MainQueueDriver"
 }
 
 extension Look {

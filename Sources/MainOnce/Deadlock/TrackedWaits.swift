@@ -44,6 +44,17 @@ extension DispatchSemaphore {
   ///   - line: The caller's line, for reports; leave the default.
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
     if wait(timeout: .now()) == .success { return }
+    if let serviced = ServicedWait(
+      for: target, operation: "DispatchSemaphore.wait(for:)", file, line)
+    {
+      // The wait happens off this thread, which serves initializers meanwhile.
+      return serviced.run { done in
+        DispatchQueue.global().async {
+          self.wait()
+          done()
+        }
+      }
+    }
     var signalled = false
     trackingWait(
       for: target, operation: "DispatchSemaphore.wait(for:)",
@@ -89,6 +100,10 @@ extension DispatchGroup {
   ///   - line: The caller's line, for reports; leave the default.
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
     if wait(timeout: .now()) == .success { return }
+    if let serviced = ServicedWait(for: target, operation: "DispatchGroup.wait(for:)", file, line) {
+      // The group says when it is done; this thread serves initializers meanwhile.
+      return serviced.run { done in notify(queue: .global(), execute: done) }
+    }
     var finished = false
     trackingWait(
       for: target, operation: "DispatchGroup.wait(for:)", site: CallSite(file: file, line: line),
@@ -168,7 +183,34 @@ func trackingWait<Result, Failure: Error>(
   let blocked = BlockedWait(
     object: .target(target), operation: operation, site: site,
     holdsMainQueue: MainContext.isCurrent(on: thread), hasDeadline: hasDeadline)
+  if Servicing.applies(holdingMainQueue: blocked.holdsMainQueue) {
+    Servicing.serve(blocked, on: thread)
+  }
   let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: recheck)
   defer { DeadlockDetection.endWait(on: thread.id, restoring: previous) }
   return try wait()
+}
+
+/// A tracked wait without a deadline, by main-queue code under the `service` policy: it serves
+/// initializers while it waits (see ``Servicing``). `nil` where the policy does not apply.
+struct ServicedWait {
+  private let blocked: BlockedWait
+  private let thread: ThreadRecord
+
+  init?(for target: WaitTarget, operation: StaticString, _ file: StaticString, _ line: UInt) {
+    let thread = ThreadRecord.current
+    guard Servicing.applies(holdingMainQueue: MainContext.isCurrent(on: thread)) else {
+      return nil
+    }
+    self.thread = thread
+    blocked = BlockedWait(
+      object: .target(target), operation: operation, site: CallSite(file: file, line: line),
+      holdsMainQueue: true)
+  }
+
+  /// Starts the wait with `start`, which calls its argument when the wait is over, and serves
+  /// initializers until then.
+  func run(_ start: (@escaping @Sendable () -> Void) -> Void) {
+    Servicing.wait(blocked, on: thread, start: start)
+  }
 }

@@ -19,6 +19,9 @@ struct BlockedWait {
   /// Whether the wait ends by itself at a deadline. Such a wait can be in a report, but never
   /// in a proof: it will end, and everything waiting on it can go on.
   let hasDeadline: Bool
+  /// Set for a main-queue wait that serves initializers while it waits (the `service`
+  /// policy): a cycle through it is broken by waking it, not reported.
+  var desk: ServiceDesk?
 
   init(
     object: WaitObject, operation: StaticString, site: CallSite, siteIsCaller: Bool = true,
@@ -47,6 +50,22 @@ struct Blocker {
   static let holdsMainQueue = ", which holds the main queue"
 }
 
+/// What to do about a cycle a wait closes.
+enum Cycle {
+  /// Report it, and stop the process if the report says so.
+  case report(DeadlockReport)
+  /// A main-queue wait on the cycle serves initializers: wake it, and it runs the one in the way.
+  case serviced(ServiceDesk)
+
+  /// Reports the cycle or wakes the wait that serves it. After the registry lock is released.
+  func handle(at site: CallSite) {
+    switch self {
+    case .report(let report): report.deliver(at: site)
+    case .serviced(let desk): desk.wake()
+    }
+  }
+}
+
 /// One line of a cycle: `waiter` is blocked in `wait` by `blocker`.
 struct CycleEdge {
   let waiter: ThreadID
@@ -58,12 +77,41 @@ extension Registry {
   /// Records that `thread` is about to block in `wait`. Returns the wait it replaces (a thread
   /// can wait inside code it runs while another of its waits is recorded: an initializer run by
   /// its own hop) and the cycle the wait closes, if any.
-  mutating func beginWait(_ wait: BlockedWait, on thread: ThreadID, checkingCycles: Bool)
-    -> (previous: BlockedWait?, cycle: [CycleEdge]?)
-  {
-    let cycle = checkingCycles ? cycle(closedBy: wait, on: thread) : nil
+  /// its own hop) and what to do about the cycle the wait closes, if any, as `response` says:
+  /// report it, or, under the `service` policy, wake the main-queue wait on the cycle that
+  /// serves initializers.
+  mutating func beginWait(
+    _ wait: BlockedWait, on thread: ThreadID, response: DeadlockDetection.Response
+  ) -> (previous: BlockedWait?, cycle: Cycle?) {
+    let cycle = response != .off ? cycle(closedBy: wait, on: thread) : nil
     let previous = waits.updateValue(wait, forKey: thread)
-    return (previous, cycle)
+    guard let cycle else { return (previous, nil) }
+    guard response == .service else {
+      return (previous, .report(DeadlockReport.cycle(cycle, stops: response != .report)))
+    }
+    // Serviced only if the cycle runs through a main-queue wait that serves initializers, and
+    // through an initializer it can run: one waiting for the main queue, with nobody running it.
+    let desk = cycle.compactMap { waits[$0.waiter]?.desk }.first
+    let hasServiceableFlight = cycle.contains {
+      if case .flight(let flight) = $0.wait.object {
+        flight.policy == .mainQueue && flight.runner == nil
+      } else {
+        false
+      }
+    }
+    if let desk, hasServiceableFlight { return (previous, .serviced(desk)) }
+    let why =
+      hasServiceableFlight
+      ? "the main-queue wait on it cannot be interrupted to run the initializer: once blocked,"
+        + " only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) without a deadline"
+        + " serve initializers"
+      : "no MainOnce initializer on it waits to run on the main queue"
+    return (
+      previous,
+      .report(
+        DeadlockReport.cycle(
+          cycle, stops: true, note: "the service policy cannot break this cycle: \(why)"))
+    )
   }
 
   /// Records that `thread` is about to block until `flight`'s initializer has run, checking
@@ -71,15 +119,11 @@ extension Registry {
   mutating func beginWait(
     for flight: Flight, site: CallSite, on thread: ThreadID,
     detection: DeadlockDetection.Snapshot
-  ) -> (previous: BlockedWait?, cycle: DeadlockReport?) {
+  ) -> (previous: BlockedWait?, cycle: Cycle?) {
     let wait = BlockedWait(
       object: .flight(flight), operation: flight.label.operation, site: site,
       siteIsCaller: flight.label.hasCallSites, holdsMainQueue: false)
-    let (previous, cycle) = beginWait(
-      wait, on: thread, checkingCycles: detection.cycleResponse != .off)
-    return (
-      previous, cycle.map { DeadlockReport.cycle($0, stops: detection.cycleResponse == .abort) }
-    )
+    return beginWait(wait, on: thread, response: detection.cycleResponse)
   }
 
   /// Ends `thread`'s wait, putting back the one it replaced; returns the wait that ended.

@@ -40,7 +40,7 @@ enum OnceEngine {
     case resolved(Resolution)
     case drive(Flight)
     case run(Flight)
-    case park(Flight, Parking, previous: BlockedWait?, cycle: DeadlockReport?)
+    case park(Flight, Parking, previous: BlockedWait?, cycle: Cycle?)
     case reentrant(Runner)
   }
 
@@ -102,7 +102,7 @@ enum OnceEngine {
           Registry.shared.withLock { $0.finish(flight, attemptOf: waiter, with: result) }.deliver()
           return waiter.resolution!
         case .park(let flight, let parking, let previous, let cycle):
-          cycle?.deliver(at: site)
+          cycle?.handle(at: site)
           parking.wait()
           DeadlockDetection.endWait(on: thread.id, restoring: previous)
           // Calling-thread policy: the body that ran failed, and this caller is the runner now.
@@ -202,7 +202,7 @@ enum OnceEngine {
   /// A caller in main context drives the whole queue, also after its own initializer failed:
   /// it holds the main queue, so a hop could not run the rest until it returns, and it may go
   /// on to wait for one of those callers.
-  private static func drive(_ flight: Flight, on thread: ThreadRecord) {
+  static func drive(_ flight: Flight, on thread: ThreadRecord) {
     while let (owner, result) = runNextAttempt(of: flight, on: thread) {
       Registry.shared.withLock { $0.finish(flight, attemptOf: owner, with: result) }.deliver()
     }

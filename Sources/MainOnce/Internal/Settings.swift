@@ -10,13 +10,14 @@ enum Settings {
     switchValue($0)
   }
 
-  /// `MAINONCE_DEADLOCK=abort|report|off`: both deadlock responses.
+  /// `MAINONCE_DEADLOCK=abort|report|service|off`: both deadlock responses.
   static let deadlockResponse: DeadlockDetection.Response? = read(
-    "MAINONCE_DEADLOCK", expecting: "abort, report or off"
+    "MAINONCE_DEADLOCK", expecting: "abort, report, service or off"
   ) { value in
     switch value.lowercased() {
     case "abort": .abort
     case "report": .report
+    case "service": .service
     default: switchValue(value) == false ? .off : nil
     }
   }

@@ -1,0 +1,97 @@
+/// The `service` policy (``DeadlockDetection/Response/service``): main-queue code that blocks
+/// in a tracked wait runs, in place, the MainOnce initializers its wait depends on.
+///
+/// The classic deadlock: main-queue code waits for a worker, and the worker waits for an
+/// initializer that needs the main queue. The main-queue thread holds the main queue, so it can
+/// run that initializer itself, nested in its wait, as a run loop nested in main-queue code runs
+/// other main-queue work. The initializer's caller is answered as if a hop had run it, the
+/// worker goes on, and the wait ends normally.
+///
+/// A wait serves before it blocks: the initializers that threads it depends on (through the
+/// wait-for graph) already wait for. Semaphore and group waits without a deadline also serve
+/// while they block: the wait itself happens off the thread, which parks at a ``ServiceDesk``
+/// that the end of the wait or a worker that closes a cycle through it wakes. Other tracked
+/// waits (`withTrackedWait`, `trackedSync`) cannot be interrupted: a cycle that forms after they
+/// block is stopped with the usual report, as is any cycle that no initializer can break.
+enum Servicing {
+  /// Whether a wait by code in main context is to serve initializers.
+  static func applies(holdingMainQueue: Bool) -> Bool {
+    holdingMainQueue && DeadlockDetection.cycleResponse == .service
+  }
+
+  /// Runs, in place, each initializer that `wait` depends on and that waits for the main queue,
+  /// until none is left. The caller holds the main queue.
+  static func serve(_ wait: BlockedWait, on thread: ThreadRecord) {
+    while let flight = Registry.shared.withLock({ $0.claimFlight(servedBy: wait, on: thread.id) }) {
+      OnceEngine.drive(flight, on: thread)
+    }
+  }
+
+  /// Waits as `start` does, off the calling thread, serving initializers until the wait ends.
+  /// `start` begins the wait and calls its argument once the wait is over.
+  static func wait(
+    _ blocked: BlockedWait, on thread: ThreadRecord,
+    start: (@escaping @Sendable () -> Void) -> Void
+  ) {
+    let desk = ServiceDesk()
+    var blocked = blocked
+    blocked.desk = desk
+    serve(blocked, on: thread)
+    let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: nil)
+    defer { DeadlockDetection.endWait(on: thread.id, restoring: previous) }
+    start { desk.finish() }
+    while true {
+      serve(blocked, on: thread)
+      if desk.isFinished { return }
+      desk.park()
+    }
+  }
+}
+
+/// Where a main-queue wait that serves initializers parks: woken when the wait ends, or when a
+/// worker closes a cycle through it.
+final class ServiceDesk: @unchecked Sendable {
+  // This is safe because `finished` is only read and written under the registry's lock.
+  private let parking = Parking()
+  @exclusivity(unchecked) private var finished = false
+
+  var isFinished: Bool { Registry.shared.withLock { _ in finished } }
+
+  func finish() {
+    Registry.shared.withLock { _ in finished = true }
+    parking.signal()
+  }
+
+  func wake() { parking.signal() }
+
+  func park() { parking.wait() }
+}
+
+extension Registry {
+  /// An initializer that `wait` depends on through the wait-for graph, that waits for the main
+  /// queue and that nobody runs: made `thread`'s to run in place. `nil` if there is none.
+  mutating func claimFlight(servedBy wait: BlockedWait, on thread: ThreadID) -> Flight? {
+    var visited: Set<ThreadID> = [thread]
+    var pending = [(thread, wait)]
+    while let (waiter, wait) = pending.popLast() {
+      var found: Flight?
+      forEachBlocker(of: wait, waiter: waiter, asker: thread, askerHoldsMainQueue: true) {
+        blocker in
+        guard visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
+          !next.hasDeadline
+        else { return true }
+        if case .flight(let flight) = next.object, flight.policy == .mainQueue,
+          flight.outcome == nil, flight.runner == nil, let first = flight.queue.first
+        {
+          flight.runner = Runner(thread: thread, site: first.site)
+          found = flight
+          return false
+        }
+        pending.append((blocker.thread, next))
+        return true
+      }
+      if let found { return found }
+    }
+    return nil
+  }
+}

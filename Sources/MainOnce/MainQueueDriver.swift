@@ -1,0 +1,105 @@
+internal import CMainOnceShims
+internal import Synchronization
+
+#if canImport(Glibc)
+  internal import Glibc
+#elseif canImport(Musl)
+  internal import Musl
+#elseif canImport(Darwin)
+  internal import Darwin
+#endif
+
+/// Serves the main queue from an event loop of your own on the main thread: GLib, SDL, libuv,
+/// or a plain `poll` loop.
+///
+/// A program that runs its own loop on the main thread never serves the main queue: no
+/// `DispatchQueue.main.async` block, no `@MainActor` task and no MainOnce hop runs, because
+/// only `dispatchMain()` and `RunLoop.main.run()` drain it. The driver gives any loop what
+/// Foundation's `RunLoop` uses on Linux: a file descriptor that becomes readable when the main
+/// queue has work, and a call that runs that work.
+///
+/// ```swift
+/// // In the loop, on the main thread:
+/// var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+/// while running {
+///   _ = poll(&events, 1, -1)
+///   if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+/// }
+/// ```
+///
+/// With the driver, the loop is to MainOnce what `RunLoop.main.run()` is: the main thread holds
+/// the main queue, so initializers run there, in main context, on the main thread; hops reach
+/// it; and the deadlock watchdog explains a loop that stops draining. The article
+/// <doc:ServingTheMainQueue> has recipes for GLib, SDL, `poll`/`epoll` and libuv.
+///
+/// Linux only, with libdispatch's run-loop entry points; elsewhere ``fileDescriptor`` is -1.
+public enum MainQueueDriver {
+  /// A file descriptor that becomes readable whenever the main queue has work.
+  ///
+  /// Watch it for input in your loop (level-triggered: `poll`, `epoll` without `EPOLLET`,
+  /// `g_unix_fd_add`, `uv_poll_start`), and call ``drain(file:line:)`` when it is readable. Do
+  /// not read from it, and do not close it: ``drain(file:line:)`` resets it.
+  ///
+  /// The descriptor is valid for the life of the process. It is -1 if the main queue is no
+  /// longer bound to the main thread when first asked (after `dispatchMain()`), or on a
+  /// platform without libdispatch's run-loop entry points.
+  public static var fileDescriptor: Int32 { descriptor }
+
+  /// Runs the main queue's pending work on the main thread, then returns.
+  ///
+  /// Call it when ``fileDescriptor`` is readable, or once per frame. It first resets the
+  /// descriptor, then runs the blocks that were pending when it started; blocks submitted
+  /// meanwhile make the descriptor readable again. With nothing pending it costs a system call.
+  /// A call from inside a main-queue block does nothing: libdispatch never drains the main
+  /// queue re-entrantly.
+  ///
+  /// Legal only on the main thread while the main queue is bound to it, that is, before
+  /// `dispatchMain()` is called. Anywhere else MainOnce stops the process with a message that
+  /// names the call site (libdispatch would trap without one).
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for the misuse message; leave the default.
+  ///   - line: The caller's line, for the misuse message; leave the default.
+  public static func drain(file: StaticString = #fileID, line: UInt = #line) {
+    if let problem = drainProblem() {
+      Diagnostics.fail(
+        "MainOnce: MainQueueDriver.drain() at \(CallSite(file: file, line: line)) was called"
+          + " \(problem). It runs the main queue's work on the main thread, so it is legal only"
+          + " there, and only while the main queue is bound to it, before dispatchMain().",
+        at: CallSite(file: file, line: line))
+    }
+    var count: UInt64 = 0
+    // Reset first: blocks submitted during the drain write the descriptor again.
+    _ = read(descriptor, &count, MemoryLayout<UInt64>.size)
+    drains.add(1, ordering: .relaxed)
+    mainonce_main_queue_drain()
+  }
+
+  /// Whether a program has drained the main queue through the driver: then its loop serves
+  /// the main queue, as a running `RunLoop.main` does.
+  static var isInUse: Bool { drains.load(ordering: .relaxed) > 0 }
+
+  private static let drains = Atomic(0)
+
+  /// A duplicate of libdispatch's descriptor, close-on-exec: libdispatch closes its own when
+  /// `dispatchMain()` unbinds the main queue, and the number could then name another file.
+  private static let descriptor: Int32 = {
+    let handle = mainonce_main_queue_handle()
+    return handle < 0 ? -1 : fcntl(handle, F_DUPFD_CLOEXEC, 0)
+  }()
+
+  /// Why draining here is not legal, or `nil` if it is.
+  private static func drainProblem() -> String? {
+    let thread = ThreadRecord.current
+    guard thread.isMainThread else {
+      return "on \(thread.id), which is not the main thread"
+    }
+    guard QueueOwnership.isMainQueueBoundToMainThread else {
+      return "after dispatchMain(), which serves the main queue from worker threads for good"
+    }
+    guard descriptor >= 0 else {
+      return "where libdispatch offers no run-loop entry points"
+    }
+    return nil
+  }
+}

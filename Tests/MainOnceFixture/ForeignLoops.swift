@@ -1,0 +1,170 @@
+import Dispatch
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// An event loop that is not Dispatch's runs on the main thread and serves the main queue with
+/// `MainQueueDriver`: `MainOnceFixture foreignLoop poll|glib`. Worker threads race
+/// `onceOnMain`, read a `MainLazy`, start `@MainActor` tasks and submit `DispatchQueue.main`
+/// blocks; every one must be served, on the main thread. Prints `PASS …`, `FAIL …`, or
+/// `SKIP …` when GLib cannot be loaded.
+enum ForeignLoop: String, CaseIterable {
+  /// A `poll` loop over the driver's descriptor and a pipe.
+  case poll
+  /// A GLib main loop, `libglib-2.0.so.0` loaded with `dlopen`, the descriptor added with
+  /// `g_unix_fd_add`.
+  case glib
+  /// A `poll` loop that drains once, then waits 1.6 s on a pipe alone while a worker waits for
+  /// an initializer, then drains again: the watchdog must name the loop.
+  case stopsDraining
+  /// The descriptor is asked for before `dispatchMain()`: it must still be valid after it.
+  case descriptorLifetime
+
+  enum Values {
+    static let stack = MainLazy { MainThreadCheck(requiringMainThread: true) }
+  }
+
+  func run() -> Never {
+    Watchdog.start(seconds: 20)
+    switch self {
+    case .stopsDraining: stopDraining()
+    case .descriptorLifetime: checkDescriptorLifetime()
+    case .poll, .glib: break
+    }
+    let glib = self == .glib ? GLib.load() : nil
+    if self == .glib && glib == nil {
+      print("SKIP libglib-2.0.so.0 cannot be loaded: \(String(cString: dlerror()))")
+      exit(0)
+    }
+    let probe = Probe()
+    let offMain = Tally()
+    let served = DispatchGroup()
+    probe.race(threads: 8, group: served)
+    for _ in 0..<4 {
+      served.enter()
+      Thread {
+        if !Values.stack.value.builtOnMainThread { offMain.add("offMain") }
+        DispatchQueue.main.async {
+          if !Thread.isMainThread { offMain.add("offMain") }
+          Task { @MainActor in
+            if !Thread.isMainThread { offMain.add("offMain") }
+            served.leave()
+          }
+        }
+      }.start()
+    }
+    served.notify(queue: .global()) { @Sendable in
+      let wrongThread = offMain["offMain"]
+      guard wrongThread == 0 else {
+        probe.fail("\(wrongThread) main-queue jobs ran off the main thread")
+      }
+      probe.finish(driver: .mainQueueDriver, context: .background)
+    }
+    if let glib {
+      glib.run()
+    } else {
+      pollLoop()
+    }
+  }
+
+  private func stopDraining() -> Never {
+    DispatchQueue.main.async { print("drained once") }
+    MainQueueDriver.drain()
+    Thread {
+      onceOnMain(token: Tokens.token) {}
+      print("PASS the worker's call returned")
+      exit(0)
+    }.start()
+    var ends: [Int32] = [0, 0]
+    _ = pipe(&ends)
+    var events = [pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)]
+    _ = Glibc.poll(&events, 1, 1_600)  // a loop that forgot the driver's descriptor
+    pollLoop()
+  }
+
+  private func checkDescriptorLifetime() -> Never {
+    let descriptor = MainQueueDriver.fileDescriptor
+    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(300)) {
+      var link = [CChar](repeating: 0, count: 256)
+      let length = readlink("/proc/self/fd/\(descriptor)", &link, link.count - 1)
+      let target =
+        length > 0
+        ? String(decoding: link[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        : "nothing"
+      let valid = MainQueueDriver.fileDescriptor == descriptor && target == "anon_inode:[eventfd]"
+      print(
+        "\(valid ? "PASS" : "FAIL") descriptor=\(descriptor) names \(target) after dispatchMain()")
+      exit(valid ? 0 : 1)
+    }
+    dispatchMain()
+  }
+
+  enum Tokens {
+    static let token = MainOnceToken("foreign loop")
+  }
+
+  /// Polls the driver's descriptor for ever, draining whenever it is readable.
+  private func pollLoop() -> Never {
+    var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+    while true {
+      if Glibc.poll(&events, 1, -1) < 0 && errno != EINTR { fatalError("poll: \(errno)") }
+      if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+    }
+  }
+}
+
+/// A stack that records whether it was built on the main thread, and can demand it.
+final class MainThreadCheck: Sendable {
+  let builtOnMainThread: Bool
+
+  @MainActor
+  init(requiringMainThread: Bool) {
+    if requiringMainThread { MainContext.requireMainThread(for: "the fixture's stack") }
+    builtOnMainThread = Thread.isMainThread
+  }
+}
+
+/// The few GLib functions a main loop needs, found with `dlopen`: no build-time dependency.
+struct GLib {
+  private typealias MainLoopNew = @convention(c) (OpaquePointer?, Int32) -> OpaquePointer?
+  private typealias MainLoopRun = @convention(c) (OpaquePointer?) -> Void
+  typealias FDSourceFunc = @convention(c) (Int32, UInt32, UnsafeMutableRawPointer?) -> Int32
+  private typealias UnixFDAdd =
+    @convention(c) (Int32, UInt32, FDSourceFunc, UnsafeMutableRawPointer?) -> UInt32
+
+  private let mainLoopNew: MainLoopNew
+  private let mainLoopRun: MainLoopRun
+  private let unixFDAdd: UnixFDAdd
+
+  /// GLib, or `nil` if it cannot be loaded here (`dlerror()` says why).
+  static func load() -> GLib? {
+    guard let library = dlopen("libglib-2.0.so.0", RTLD_NOW | RTLD_LOCAL),
+      let new = dlsym(library, "g_main_loop_new"), let run = dlsym(library, "g_main_loop_run"),
+      let add = dlsym(library, "g_unix_fd_add")
+    else { return nil }
+    return GLib(
+      mainLoopNew: unsafeBitCast(new, to: MainLoopNew.self),
+      mainLoopRun: unsafeBitCast(run, to: MainLoopRun.self),
+      unixFDAdd: unsafeBitCast(add, to: UnixFDAdd.self))
+  }
+
+  /// Runs a GLib main loop on this thread for ever, draining the main queue when the driver's
+  /// descriptor is readable.
+  func run() -> Never {
+    let loop = mainLoopNew(nil, 0)
+    let glibInput: UInt32 = 1  // G_IO_IN
+    _ = unixFDAdd(
+      MainQueueDriver.fileDescriptor, glibInput,
+      { _, _, _ in
+        MainQueueDriver.drain()
+        return 1  // G_SOURCE_CONTINUE
+      }, nil)
+    mainLoopRun(loop)
+    fatalError("the GLib main loop returned")
+  }
+}

@@ -1,0 +1,162 @@
+import Dispatch
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+
+/// Scenarios for the `service` policy: `MainOnceFixture service <scenario>`. Each sets the
+/// policy in code (except `fromEnvironment`, which relies on `MAINONCE_DEADLOCK=service`), runs
+/// under `dispatchMain()`, and prints `PASS …` when it ends as it must.
+enum ServiceScenario: String, CaseIterable {
+  /// Workers block in `onceOnMain` first; then main-queue code waits for them (a semaphore).
+  case workerFirst
+  /// Main-queue code waits first (a semaphore); then the worker blocks in `onceOnMain`.
+  case mainFirst
+  /// As `mainFirst`, waiting with a group.
+  case mainFirstGroup
+  /// As `mainFirst`, with the policy from `MAINONCE_DEADLOCK=service`.
+  case fromEnvironment
+  /// The serviced initializer throws: its error reaches its own caller, the worker.
+  case throwingInitializer
+  /// Eight workers race on one token while main-queue code waits for all of them.
+  case race
+  /// Main-queue code and a worker wait for each other with no initializer between them.
+  case unbreakable
+  /// Main-queue code blocks in `withTrackedWait` first, which cannot be interrupted; then the
+  /// worker blocks in `onceOnMain`.
+  case uninterruptible
+
+  enum Tokens {
+    static let token = MainOnceToken("service scenario")
+  }
+
+  func run() -> Never {
+    Watchdog.start(seconds: 20)
+    if self != .fromEnvironment { DeadlockDetection.cycleResponse = .service }
+    let worker = WaitTarget.work("worker")
+    let record = InitializerRecord()
+    DispatchQueue.main.async {
+      switch self {
+      case .workerFirst:
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+          done.signal()
+        }.start()
+        usleep(200_000)  // the worker waits for the initializer by now
+        record.waitBegins()
+        done.wait(for: worker)
+        record.finish("the wait ended")
+      case .mainFirst, .fromEnvironment:
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
+          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+          done.signal()
+        }
+        record.waitBegins()
+        done.wait(for: worker)
+        record.finish("the wait ended")
+      case .mainFirstGroup:
+        let group = DispatchGroup()
+        group.enter()
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
+          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+          group.leave()
+        }
+        record.waitBegins()
+        group.wait(for: worker)
+        record.finish("the wait ended")
+      case .throwingInitializer:
+        let done = DispatchSemaphore(value: 0)
+        let caught = Locked<String>("nothing")
+        Thread {
+          worker.perform {
+            do throws(Refused) {
+              try onceOnMain(token: Tokens.token) { () throws(Refused) in
+                record.ran()
+                throw Refused()
+              }
+              caught.withLock { $0 = "no error" }
+            } catch {
+              caught.withLock { $0 = "its own error" }
+            }
+          }
+          done.signal()
+        }.start()
+        usleep(200_000)
+        record.waitBegins()
+        done.wait(for: worker)
+        record.finish("the worker caught \(caught.withLock { $0 })", expectingDone: false)
+      case .race:
+        let group = DispatchGroup()
+        let gate = StartGate(parties: 8)
+        for _ in 0..<8 {
+          group.enter()
+          Thread {
+            gate.arriveAndWait()
+            worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+            group.leave()
+          }.start()
+        }
+        usleep(100_000)
+        record.waitBegins()
+        group.wait(for: worker)
+        record.finish("the wait ended")
+      case .unbreakable:
+        let mainQueue = WaitTarget.currentThread
+        let never = DispatchSemaphore(value: 0)
+        Thread {
+          worker.perform { never.wait(for: mainQueue) }
+        }.start()
+        usleep(200_000)
+        never.wait(for: worker)
+        record.finish("the cycle went unnoticed")
+      case .uninterruptible:
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
+          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+          done.signal()
+        }
+        withTrackedWait(for: worker) { done.wait() }
+        record.finish("the cycle went unnoticed")
+      }
+    }
+    dispatchMain()
+  }
+}
+
+private struct Refused: Error {}
+
+/// What the serviced initializers saw, checked when the scenario ends.
+private final class InitializerRecord: Sendable {
+  private let runs = Atomic(0)
+  private let waiting = Atomic(false)
+  private let ranInsideTheWait = Atomic(0)
+  private let ranInMainContext = Atomic(0)
+
+  func waitBegins() { waiting.store(true, ordering: .releasing) }
+
+  @MainActor
+  func ran() {
+    runs.add(1, ordering: .relaxed)
+    if waiting.load(ordering: .acquiring) { ranInsideTheWait.add(1, ordering: .relaxed) }
+    if MainContext.isCurrent { ranInMainContext.add(1, ordering: .relaxed) }
+  }
+
+  /// Prints the verdict: the initializer ran once (or, for a throwing one, as often as it was
+  /// tried), in main context, nested in the main-queue code's wait; and the token is done if
+  /// `expectingDone`.
+  func finish(_ message: String, expectingDone: Bool = true) -> Never {
+    let runs = runs.load(ordering: .relaxed)
+    let summary =
+      "\(message) runs=\(runs) insideTheWait=\(ranInsideTheWait.load(ordering: .relaxed))"
+      + " inMainContext=\(ranInMainContext.load(ordering: .relaxed))"
+      + " done=\(ServiceScenario.Tokens.token.isDone)"
+    let passed =
+      runs >= 1 && ranInsideTheWait.load(ordering: .relaxed) == runs
+      && ranInMainContext.load(ordering: .relaxed) == runs
+      && ServiceScenario.Tokens.token.isDone == expectingDone && (expectingDone ? runs == 1 : true)
+    print((passed ? "PASS " : "FAIL ") + summary)
+    exit(passed ? 0 : 1)
+  }
+}

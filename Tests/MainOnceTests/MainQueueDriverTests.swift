@@ -1,0 +1,103 @@
+import Dispatch
+import Foundation
+import MainOnce
+import Testing
+
+/// Whether GLib can be loaded here, for the test that runs a real GLib main loop.
+private let glibLoads = dlopen("libglib-2.0.so.0", RTLD_NOW | RTLD_LOCAL) != nil
+
+/// Event loops of a program's own, serving the main queue with `MainQueueDriver`, one fixture
+/// process each: the main thread runs the loop.
+@Suite("Serving the main queue from any event loop")
+struct MainQueueDriverTests {
+  @Test(
+    "a poll loop on the main thread serves onceOnMain, MainLazy, main-actor tasks and main-queue blocks"
+  )
+  func pollLoop() async throws {
+    try await expectServed(by: "poll")
+  }
+
+  @Test(
+    "a GLib main loop, with the descriptor added by g_unix_fd_add, serves the main queue too",
+    .enabled(if: glibLoads, "libglib-2.0.so.0 cannot be loaded on this machine"))
+  func glibLoop() async throws {
+    try await expectServed(by: "glib")
+  }
+
+  private func expectServed(by loop: String) async throws {
+    let outcome = try await FixtureProcess.run("MainOnceFixture", ["foreignLoop", loop])
+    #expect(!outcome.timedOut, "the loop hung: \(outcome.standardError)")
+    #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
+    #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
+    #expect(outcome.value("runs") == "1")
+    #expect(outcome.value("earlyReturns") == "0")
+    #expect(outcome.value("mainThread") == "true")
+    // One hop for the token the threads race on, one for the MainLazy.
+    #expect(outcome.value("workItems") == "2")
+    #expect(outcome.standardError.isEmpty, "\(outcome.standardError)")
+  }
+
+  @Test("a loop that stops draining is reported as one served by MainQueueDriver")
+  func stopsDraining() async throws {
+    let outcome = try await FixtureProcess.run("MainOnceFixture", ["foreignLoop", "stopsDraining"])
+    #expect(outcome.verdict == "PASS the worker's call returned", "\(outcome.standardError)")
+    #expect(
+      outcome.standardError.contains(
+        "(the main thread, served by MainQueueDriver), which is idle in poll, waiting for events: its loop has not drained the main queue's work for"
+      ), "\(outcome.standardError)")
+    #expect(outcome.standardError.contains("hint: drain whenever MainQueueDriver.fileDescriptor"))
+  }
+
+  @Test("the descriptor stays valid for the life of the process, also after dispatchMain()")
+  func descriptorLifetime() async throws {
+    let outcome = try await FixtureProcess.run(
+      "MainOnceFixture", ["foreignLoop", "descriptorLifetime"])
+    #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
+  }
+
+  @Test("drain() off the main thread stops with a message that names the call site and the rule")
+  func drainOffTheMainThread() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      // Swift Testing's runner has called dispatchMain(): this runs on a worker thread.
+      MainQueueDriver.drain()
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(
+      text.contains(
+        #/MainOnceTests/MainQueueDriverTests\.swift:\d+: Fatal error: MainOnce: MainQueueDriver\.drain\(\) at MainOnceTests/MainQueueDriverTests\.swift:\d+ was called on thread \d+, which is not the main thread/#
+      ), "\(text)")
+    #expect(text.contains("legal only there, and only while the main queue is bound to it"))
+  }
+
+  @Test("requireMainThread in main-queue code on a worker thread names the driver and the fix")
+  func requireMainThreadOnAWorker() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      // After the runner's dispatchMain(), main-actor code runs on worker threads.
+      await MainActor.run { MainContext.requireMainThread(for: "GTK") }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(
+      text.contains(
+        #/MainOnce: GTK needs the main thread, but the main-queue code at MainOnceTests/MainQueueDriverTests\.swift:\d+ runs on thread \d+, a worker thread/#
+      ), "\(text)")
+    #expect(text.contains("after dispatchMain()"))
+    #expect(
+      text.contains(
+        "call RunLoop.main.run(), or drain it from your event loop with MainQueueDriver"))
+  }
+
+  @Test("requireMainThread outside main context stops with a message")
+  func requireMainThreadOutsideMainContext() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      let thread = Thread { MainContext.requireMainThread(for: "SDL video") }
+      thread.start()
+      sleep(5)
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("MainOnce: SDL video needs the main thread, and the code at"), "\(text)")
+    #expect(text.contains("outside main context"))
+  }
+}
