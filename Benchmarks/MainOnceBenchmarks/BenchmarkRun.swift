@@ -47,7 +47,7 @@ struct BenchmarkRun {
     Report.printAllocations(rows)
     Report.printScaling(scaling)
     var firstCalls: [FirstCallProcess.Result] = []
-    for driver in ["dispatchMain", "runLoop"] {
+    for driver in ["dispatchMain", "runLoop", "mainQueueDriver"] {
       if let result = await FirstCallProcess.spawn(driver: driver, quick: quick) {
         firstCalls.append(result)
       }

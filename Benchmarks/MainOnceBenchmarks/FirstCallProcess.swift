@@ -3,10 +3,11 @@ import Foundation
 @_spi(Instrumentation) import MainOnce
 import Synchronization
 
-/// `MainOnceBenchmarks first-call dispatchMain|runLoop [--quick]`: the first call of a fresh
-/// token from another thread, and threads racing on one, while the given driver serves the main
-/// queue. Runs in a process of its own (the driver owns the main thread) and prints one JSON
-/// object.
+/// `MainOnceBenchmarks first-call dispatchMain|runLoop|mainQueueDriver [--quick]`: the first
+/// call of a fresh token from another thread, and threads racing on one, while the given driver
+/// serves the main queue (`mainQueueDriver`: a `poll` loop on the main thread that drains it
+/// through `MainQueueDriver`). Runs in a process of its own (the driver owns the main thread)
+/// and prints one JSON object.
 enum FirstCallProcess {
   struct Result: Codable {
     let driver: String
@@ -14,6 +15,9 @@ enum FirstCallProcess {
     let rounds: Int
     /// Nanoseconds per call.
     let mainQueueSync: Timing
+    /// `DispatchQueue.main.async` and a semaphore wait: a hop that can be withdrawn, as
+    /// MainOnce's is.
+    let asyncAndPark: Timing
     let onceOnMain: Timing
     let khanPort: Timing
     let race: Race
@@ -45,6 +49,12 @@ enum FirstCallProcess {
     case "runLoop":
       RunLoop.main.run()
       fatalError("RunLoop.main.run() returned")
+    case "mainQueueDriver":
+      var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+      while true {
+        _ = poll(&events, 1, -1)
+        if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+      }
     default:
       fatalError("unknown driver \(driver)")
     }
@@ -54,13 +64,21 @@ enum FirstCallProcess {
     let count = quick ? 200 : 2_000
     let rounds = quick ? 3 : 9
     var sync: [Double] = []
+    var park: [Double] = []
     var once: [Double] = []
     var khan: [Double] = []
+    let parking = DispatchSemaphore(value: 0)
     for round in 0..<rounds {
       // Rotate the order, so that no variant always runs first.
-      for variant in (0..<3).map({ ($0 + round) % 3 }) {
+      for variant in (0..<4).map({ ($0 + round) % 4 }) {
         switch variant {
         case 0: sync.append(perCall(count) { _ in DispatchQueue.main.sync {} })
+        case 3:
+          park.append(
+            perCall(count) { _ in
+              DispatchQueue.main.async { parking.signal() }
+              parking.wait()
+            })
         case 1:
           let tokens = FreshTokens(count)
           once.append(perCall(count) { index in onceOnMain(token: tokens.base[index]) {} })
@@ -73,7 +91,8 @@ enum FirstCallProcess {
     }
     return Result(
       driver: driver, tokensPerRound: count, rounds: rounds, mainQueueSync: Timing(sync),
-      onceOnMain: Timing(once), khanPort: Timing(khan), race: race(races: quick ? 10 : 50))
+      asyncAndPark: Timing(park), onceOnMain: Timing(once), khanPort: Timing(khan),
+      race: race(races: quick ? 10 : 50))
   }
 
   private static func perCall(_ count: Int, _ call: (Int) -> Void) -> Double {

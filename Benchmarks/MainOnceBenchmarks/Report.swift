@@ -41,17 +41,19 @@ enum Report {
     guard let first = results.first else { return }
     print(
       "First call of a fresh token from another thread: ns per call, median (best) of"
-        + " \(first.rounds) rounds of \(first.tokensPerRound) tokens")
+        + " \(first.rounds) rounds of \(first.tokensPerRound) tokens; ratio of medians to"
+        + " main.async and a park, the hop MainOnce makes")
     print(pad("", 40) + results.map { pad(driverName($0.driver), 28) }.joined())
     let lines: [(String, KeyPath<FirstCallProcess.Result, Timing>)] = [
       ("DispatchQueue.main.sync {} (bare)", \.mainQueueSync),
+      ("main.async {} and a park", \.asyncAndPark),
       ("onceOnMain(token:)", \.onceOnMain),
       ("Khan port", \.khanPort),
     ]
     for (name, path) in lines {
       let cells = results.map { result in
         let timing = result[keyPath: path]
-        let ratio = timing.median / result.mainQueueSync.median
+        let ratio = timing.median / result.asyncAndPark.median
         return pad(
           "\(format(timing.median, decimals: 0)) (\(format(timing.best, decimals: 0)))"
             + " \(format(ratio, decimals: 2))×", 28)
@@ -94,7 +96,11 @@ enum Report {
   }
 
   static func driverName(_ driver: String) -> String {
-    driver == "runLoop" ? "RunLoop.main.run()" : "dispatchMain()"
+    switch driver {
+    case "runLoop": "RunLoop.main.run()"
+    case "mainQueueDriver": "MainQueueDriver (poll)"
+    default: "dispatchMain()"
+    }
   }
 
   static func format(_ value: Double, decimals: Int) -> String {

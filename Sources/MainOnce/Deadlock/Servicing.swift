@@ -22,8 +22,10 @@ enum Servicing {
   /// Runs, in place, each initializer that `wait` depends on and that waits for the main queue,
   /// until none is left. The caller holds the main queue.
   static func serve(_ wait: BlockedWait, on thread: ThreadRecord) {
-    while let flight = Registry.shared.withLock({ $0.claimFlight(servedBy: wait, on: thread.id) }) {
-      OnceEngine.drive(flight, on: thread)
+    while let (flight, first) = Registry.shared.withLock({
+      $0.claimFlight(servedBy: wait, on: thread.id)
+    }) {
+      OnceEngine.drive(flight, from: first, on: thread)
     }
   }
 
@@ -70,7 +72,9 @@ final class ServiceDesk: @unchecked Sendable {
 extension Registry {
   /// An initializer that `wait` depends on through the wait-for graph, that waits for the main
   /// queue and that nobody runs: made `thread`'s to run in place. `nil` if there is none.
-  mutating func claimFlight(servedBy wait: BlockedWait, on thread: ThreadID) -> Flight? {
+  mutating func claimFlight(servedBy wait: BlockedWait, on thread: ThreadID) -> (
+    Flight, first: Waiter
+  )? {
     var visited: Set<ThreadID> = [thread]
     var pending = [(thread, wait)]
     while let (waiter, wait) = pending.popLast() {
@@ -81,16 +85,15 @@ extension Registry {
           !next.hasDeadline
         else { return true }
         if case .flight(let flight) = next.object, flight.policy == .mainQueue,
-          flight.outcome == nil, flight.runner == nil, let first = flight.queue.first
+          flight.outcome == nil, flight.runner == nil, !flight.queue.isEmpty
         {
-          flight.runner = Runner(thread: thread, site: first.site)
           found = flight
           return false
         }
         pending.append((blocker.thread, next))
         return true
       }
-      if let found { return found }
+      if let found, let first = startNextAttempt(of: found, on: thread) { return (found, first) }
     }
     return nil
   }

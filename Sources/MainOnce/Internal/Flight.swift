@@ -42,7 +42,7 @@ final class Flight: @unchecked Sendable {
 
   /// When the hop on its way to the main queue was sent; `nil` when none is on its way. Under
   /// the main-queue policy, a flight with queued callers always has a runner or a hop on its
-  /// way (see ``OnceEngine/sendHopIfNeeded(_:)``).
+  /// way (see ``OnceEngine/claimHop(for:)``).
   @exclusivity(unchecked) var hopSentAt: UInt64?
 
   init(label: CellLabel, policy: OnceEngine.Policy) {
@@ -129,7 +129,7 @@ final class Waiter: @unchecked Sendable {
   let thread: ThreadID?
   /// When the caller arrived.
   let since = Platform.monotonicNanoseconds()
-  /// The caller's initializer; `nil` once taken to run, or once the waiter is resolved.
+  /// The caller's initializer; `nil` once the waiter is resolved.
   @exclusivity(unchecked) var attempt: Attempt?
   /// Set while the caller's initializer runs: from then on the caller waits for its result.
   @exclusivity(unchecked) var isRunning = false

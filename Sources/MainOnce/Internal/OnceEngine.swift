@@ -14,7 +14,7 @@ internal import Dispatch
 ///   completion handler is kept. Under the main-queue policy, a hop to the main queue is sent
 ///   if no runner or hop is on its way already; the hop drives the queue there.
 ///
-/// One invariant makes this work, enforced in ``sendHopIfNeeded(_:)`` and ``drive(_:on:)``:
+/// One invariant makes this work, enforced in ``claimHop(for:)`` and ``drive(_:from:on:)``:
 /// *a main-queue flight with queued callers always has a runner or a hop on its way.* The hop
 /// is `DispatchQueue.main.async`, never `sync`: a caller is never stuck inside a hop, so when
 /// the cell is done (by whoever finishes it: a runner in place, another caller's hop) every
@@ -38,9 +38,9 @@ enum OnceEngine {
 
   private enum Step {
     case resolved(Resolution)
-    case drive(Flight)
+    case drive(Flight, first: Waiter?)
     case run(Flight)
-    case park(Flight, Parking, previous: BlockedWait?, cycle: Cycle?)
+    case park(Flight, Parking, previous: BlockedWait?, cycle: Cycle?, hop: Bool)
     case reentrant(Runner)
   }
 
@@ -56,7 +56,7 @@ enum OnceEngine {
     let drives = policy == .mainQueue && MainContext.isCurrent(on: thread)
     let detection = DeadlockDetection.Snapshot.current
     // The initializer is queued in the flight only while this call waits for it, and every
-    // reference to it is dropped before this call is told its resolution (see `runNextAttempt`
+    // reference to it is dropped before this call is told its resolution (see `runAttempt`
     // and `Deliveries.resolve`), so it does not outlive this call: `withoutActuallyEscaping`
     // checks exactly that.
     let resolution = withoutActuallyEscaping(body) { body -> Resolution in
@@ -74,8 +74,7 @@ enum OnceEngine {
               "\(thread.id) holds the main queue while \(flight.runner!.thread) runs \(cell.label)")
           }
           registry.enqueue(waiter, in: flight)
-          flight.runner = Runner(thread: thread.id, site: site)
-          return .drive(flight)
+          return .drive(flight, first: registry.startNextAttempt(of: flight, on: thread.id))
         }
         if policy == .callingThread && flight.runner == nil {
           flight.runner = Runner(thread: thread.id, site: site)
@@ -83,10 +82,9 @@ enum OnceEngine {
         }
         waiter.delivery = .parked(parking)
         registry.enqueue(waiter, in: flight)
-        sendHopIfNeeded(flight)
         let (previous, cycle) = registry.beginWait(
           for: flight, site: site, on: thread.id, detection: detection)
-        return .park(flight, parking, previous: previous, cycle: cycle)
+        return .park(flight, parking, previous: previous, cycle: cycle, hop: claimHop(for: flight))
       }
       while true {
         switch step {
@@ -94,17 +92,22 @@ enum OnceEngine {
           return resolution
         case .reentrant(let runner):
           Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
-        case .drive(let flight):
-          drive(flight, on: thread)
+        case .drive(let flight, let first):
+          drive(flight, from: first, on: thread)
           return waiter.resolution!
         case .run(let flight):
           let result = erase(body)
           Registry.shared.withLock { $0.finish(flight, attemptOf: waiter, with: result) }.deliver()
           return waiter.resolution!
-        case .park(let flight, let parking, let previous, let cycle):
+        case .park(let flight, let parking, let previous, let cycle, let hop):
+          if hop { sendHop(for: flight) }
           cycle?.handle(at: site)
           parking.wait()
-          DeadlockDetection.endWait(on: thread.id, restoring: previous)
+          // The wait ends, and the cell is published if it is done, under one lock.
+          Registry.shared.withLock { registry in
+            registry.endWait(on: thread.id, restoring: previous)
+            if case .done = waiter.resolution { _ = Cell.publishIfFinished(cell.storage) }
+          }
           // Calling-thread policy: the body that ran failed, and this caller is the runner now.
           // Nothing else refers to the waiter: it is in no queue.
           guard case .yourTurn = waiter.resolution! else { return waiter.resolution! }
@@ -135,15 +138,15 @@ enum OnceEngine {
     let waiter = Waiter(site: site, attempt: attempt, delivery: .task(nil))
     return await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let now = Registry.shared.withLock { registry -> Resolution? in
+        let (now, hop) = Registry.shared.withLock { registry -> (Resolution?, Flight?) in
           // Cancelled before it got here: `withdraw` has resolved it already.
-          if let resolution = waiter.resolution { return resolution }
-          guard let flight = cell.flight(policy: .mainQueue) else { return .done }
+          if let resolution = waiter.resolution { return (resolution, nil) }
+          guard let flight = cell.flight(policy: .mainQueue) else { return (.done, nil) }
           waiter.delivery = .task(continuation)
           registry.enqueue(waiter, in: flight)
-          sendHopIfNeeded(flight)
-          return nil
+          return (nil, claimHop(for: flight) ? flight : nil)
         }
+        if let hop { sendHop(for: hop) }
         if let now { continuation.resume(returning: now) }
       }
     } onCancel: {
@@ -153,23 +156,31 @@ enum OnceEngine {
 
   /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.
   static func enqueue(_ waiter: Waiter, for cell: Cell) -> Bool {
-    Registry.shared.withLock { registry in
-      guard let flight = cell.flight(policy: .mainQueue) else { return false }
+    let (queued, hop) = Registry.shared.withLock { registry -> (Bool, Flight?) in
+      guard let flight = cell.flight(policy: .mainQueue) else { return (false, nil) }
       registry.enqueue(waiter, in: flight)
-      sendHopIfNeeded(flight)
-      return true
+      return (true, claimHop(for: flight) ? flight : nil)
     }
+    if let hop { sendHop(for: hop) }
+    return queued
   }
 
   // MARK: - Running the queue in main context
 
-  /// Sends a hop that will drive `flight` on the main queue, unless a runner or a hop will get
-  /// to its queue anyway. Call under the lock, after queueing a caller.
-  private static func sendHopIfNeeded(_ flight: Flight) {
+  /// Whether a hop must be sent to drive `flight` on the main queue: no runner and no hop will
+  /// get to its queue otherwise. Marks the hop as on its way; send it with ``sendHop(for:)``
+  /// once the lock is released (a worker that picks it up at once must not find the lock
+  /// held). Call under the lock, after queueing a caller.
+  private static func claimHop(for flight: Flight) -> Bool {
     guard flight.policy == .mainQueue, flight.runner == nil, flight.hopSentAt == nil else {
-      return
+      return false
     }
     flight.hopSentAt = Platform.monotonicNanoseconds()
+    return true
+  }
+
+  /// Sends the hop claimed with ``claimHop(for:)``.
+  private static func sendHop(for flight: Flight) {
     Instrumentation.noteHop()
     DispatchQueue.main.async { hopArrived(flight) }
   }
@@ -178,7 +189,7 @@ enum OnceEngine {
   /// driven already.
   private static func hopArrived(_ flight: Flight) {
     let thread = ThreadRecord.current
-    let drives = Registry.shared.withLock { _ -> Bool in
+    let first = Registry.shared.withLock { registry -> Waiter? in
       flight.hopSentAt = nil
       if let runner = flight.runner {
         // An initializer on this thread served the hop from a nested run loop; its caller
@@ -187,51 +198,47 @@ enum OnceEngine {
           Diagnostics.internalInconsistency(
             "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.label)")
         }
-        return false
+        return nil
       }
-      guard flight.outcome == nil, let first = flight.queue.first else { return false }
-      flight.runner = Runner(thread: thread.id, site: first.site)
-      return true
+      return registry.startNextAttempt(of: flight, on: thread.id)
     }
-    if drives { drive(flight, on: thread) }
+    drive(flight, from: first, on: thread)
   }
 
   /// Runs the flight's queued initializers in main context, in arrival order, until one
-  /// succeeds or none is left. The caller is the flight's runner.
+  /// succeeds or none is left, from `first`, which the caller started with
+  /// ``Registry/startNextAttempt(of:on:)`` under its own lock.
   ///
   /// A caller in main context drives the whole queue, also after its own initializer failed:
   /// it holds the main queue, so a hop could not run the rest until it returns, and it may go
-  /// on to wait for one of those callers.
-  static func drive(_ flight: Flight, on thread: ThreadRecord) {
-    while let (owner, result) = runNextAttempt(of: flight, on: thread) {
-      Registry.shared.withLock { $0.finish(flight, attemptOf: owner, with: result) }.deliver()
+  /// on to wait for one of those callers. Each attempt's end and the start of the next share
+  /// one lock, so that nothing is left to do after the last delivery.
+  static func drive(_ flight: Flight, from first: Waiter?, on thread: ThreadRecord) {
+    var next = first
+    while let owner = next {
+      let result = runAttempt(of: owner, on: thread)
+      let deliveries: Deliveries
+      (deliveries, next) = Registry.shared.withLock { registry in
+        (
+          registry.finish(flight, attemptOf: owner, with: result),
+          registry.startNextAttempt(of: flight, on: thread.id)
+        )
+      }
+      deliveries.deliver()
     }
   }
 
-  /// Takes the first queued initializer and runs it; `nil`, and the flight without a runner,
-  /// when none is left or the flight has finished. The initializer is a local of this
-  /// function, so it is released before its owner is told the result.
-  private static func runNextAttempt(of flight: Flight, on thread: ThreadRecord) -> (
-    Waiter, Result<UInt, any Error>
-  )? {
-    let next = Registry.shared.withLock { registry -> (Waiter, Attempt)? in
-      guard flight.outcome == nil, let owner = flight.queue.first else {
-        flight.runner = nil
-        registry.retireIfIdle(flight)
-        return nil
-      }
-      guard let attempt = owner.attempt else {
-        Diagnostics.internalInconsistency("a caller queued for \(flight.label) has no initializer")
-      }
-      owner.attempt = nil
-      owner.isRunning = true
-      flight.runner = Runner(thread: thread.id, site: owner.site)
-      return (owner, attempt)
-    }
-    guard let (owner, attempt) = next else { return nil }
+  /// Runs `owner`'s initializer in main context. The initializer is a local of this function,
+  /// so this function's reference to it is gone before the owner is told the result.
+  private static func runAttempt(of owner: Waiter, on thread: ThreadRecord) -> Result<
+    UInt, any Error
+  > {
+    // This is safe without the lock: only the runner reads a running waiter's initializer, and
+    // it is dropped (under the lock) only when the waiter is resolved, after this returns.
+    let attempt = owner.attempt!
     thread.mainContextDepth += 1
     defer { thread.mainContextDepth -= 1 }
-    return (owner, attempt())
+    return attempt()
   }
 
   // MARK: - Typed errors
@@ -253,6 +260,23 @@ enum OnceEngine {
 }
 
 extension Registry {
+  /// Starts the first queued initializer: its owner, now running; `nil`, and the flight
+  /// without a runner, when none is left or the flight has finished.
+  mutating func startNextAttempt(of flight: Flight, on thread: ThreadID) -> Waiter? {
+    guard flight.outcome == nil, let owner = flight.queue.first else {
+      flight.runner = nil
+      retireIfIdle(flight)
+      return nil
+    }
+    guard owner.attempt != nil, !owner.isRunning else {
+      Diagnostics.internalInconsistency(
+        "the first caller queued for \(flight.label) has no initializer to run")
+    }
+    owner.isRunning = true
+    flight.runner = Runner(thread: thread, site: owner.site)
+    return owner
+  }
+
   /// Records the end of the initializer that `owner` brought. On success the flight is
   /// finished and every waiter is resolved as done; on failure the error goes to `owner`
   /// alone, and under the calling-thread policy the first waiter becomes the runner (under the
