@@ -17,6 +17,7 @@ struct AsyncOnceOnMainTests {
     static let mainActor = MainOnceToken("async main actor")
     static let cancellation = MainOnceToken("cancellation")
     static let retries = MainOnceToken("async retries")
+    static let cancelledBeforeAsking = MainOnceToken("cancelled before asking")
   }
 
   @Test("async tasks and blocking threads racing on one token run the initializer once")
@@ -139,5 +140,35 @@ struct AsyncOnceOnMainTests {
       }
     }
     #expect(attempts.recorded == [0, 1, 2, 3])
+  }
+
+  @Test("a task cancelled before it calls ends with CancellationError at once, and never runs")
+  func cancelledBeforeAsking() async throws {
+    let started = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let runs = Recorder<Int>()
+    // A blocking caller holds the main queue inside its initializer until released.
+    Thread {
+      onceOnMain(token: Tokens.cancelledBeforeAsking) {
+        runs.record(0)
+        started.signal()
+        _ = release.wait(timeout: .now() + 10)  // bounded
+      }
+    }.start()
+    guard await wait(for: started) else { return }
+    defer { release.signal() }
+    let caller = Task.detached {
+      withUnsafeCurrentTask { $0?.cancel() }
+      try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(1) }
+    }
+    // While the initializer still holds the main queue: only cancellation can answer it.
+    await #expect(throws: CancellationError.self) {
+      try await withinTimeLimit(.seconds(2)) { try await caller.value }
+    }
+    release.signal()
+    try await withinTimeLimit {
+      try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(2) }
+    }
+    #expect(runs.recorded == [0])
   }
 }

@@ -6,6 +6,10 @@ import Testing
 
 @testable import MainOnce
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// Adversarial reproductions of engine bugs, one fixture process per scenario (the main queue is
 /// process-wide; several scenarios leave it, or the process's heap, in a state no other test may
 /// share). See `Tests/MainOnceFixture/EngineScenarios.swift` for what each scenario does.
@@ -206,6 +210,10 @@ struct EngineSoundnessInProcessTests {
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnce:"), "\(text)")
     #expect(text.contains("AsyncMainLazy"), "\(text)")
+    // MainOnce's own diagnosis, not the watchdog's stall report followed by the time limit
+    // (both of which also mention "MainOnce:" and "AsyncMainLazy").
+    #expect(text.contains("awaited its own value while building it"), "\(text)")
+    #expect(!text.contains("exit test timed out"), "\(text)")
   }
 
   // MARK: Bug 6
@@ -286,5 +294,88 @@ struct EngineSoundnessInProcessTests {
     }
     #expect(activeFlights == 0)
     #expect(attached == 0, "the build's flight is still attached")
+  }
+}
+
+// MARK: - Storage and fallback details
+
+private struct NotYet: Error {}
+
+/// A short-lived owner of a token.
+private final class LeakCheckOwner: Sendable {
+  let token = MainOnceToken("leak check")
+}
+
+extension EngineSoundnessInProcessTests {
+  /// A failed initialization leaves the token's flight attached to its storage (nothing was
+  /// published, so nobody detached it). When the token's owner goes, the storage must give its
+  /// reference back: nothing else holds the flight.
+  @Test("a token freed with its flight still attached releases the flight")
+  @MainActor
+  func freedTokenReleasesItsFlight() async throws {
+    weak var flight: Flight?
+    do {
+      let owner = LeakCheckOwner()
+      // In main context: runs in place, so no hop holds the flight afterwards.
+      #expect(throws: NotYet.self) {
+        try onceOnMain(token: owner.token) { () throws(NotYet) in throw NotYet() }
+      }
+      let raw = Registry.shared.withLock { _ in owner.token._storage.flight.load(ordering: .relaxed)
+      }
+      let pointer = try #require(UnsafeRawPointer(bitPattern: raw), "no flight is attached")
+      flight = Unmanaged<Flight>.fromOpaque(pointer).takeUnretainedValue()
+      #expect(flight != nil)
+    }  // the owner, its token and the token's storage end here
+    // Allow for a reference still held by code on its way out (none is expected).
+    for _ in 0..<100 where flight != nil { try await Task.sleep(for: .milliseconds(10)) }
+    #expect(flight == nil, "the flight outlived the storage that held it")
+  }
+}
+
+/// Writes a line to standard error at once (an exit test's output must survive `exit`).
+private func note(_ line: String) {
+  FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+private enum FallbackDepthTokens {
+  static let outer = MainOnceToken("fallback depth, outer")
+  static let inner = MainOnceToken("fallback depth, inner")
+}
+
+extension EngineSoundnessInProcessTests {
+  /// Without queue introspection, code inside `queue.sync` within an initializer that a hop runs
+  /// on a worker thread (after `dispatchMain()`) shows no public sign of main context: no main
+  /// thread, no main-queue specific. Only MainOnce's own count of the initializers it runs says
+  /// so; without it, the nested call would hop to a main queue its own thread holds, and hang.
+  @Test("without introspection, onceOnMain in a sync inside an initializer runs in place")
+  func nestedSyncInsideInitializer() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      setenv("MAINONCE_QUEUE_INTROSPECTION", "off", 1)  // before MainOnce reads it
+      boundExitTest(seconds: 8)
+      guard !MainContext.isExact else {
+        note("SKIP introspection is on")
+        exit(0)
+      }
+      let done = DispatchSemaphore(value: 0)
+      Thread {
+        onceOnMain(token: FallbackDepthTokens.outer) {
+          let onMainThread = Thread.isMainThread
+          DispatchQueue(label: "fallback depth").sync {
+            note("INNER mainThread=\(onMainThread) isCurrent=\(MainContext.isCurrent)")
+            onceOnMain(token: FallbackDepthTokens.inner) {}
+          }
+        }
+        done.signal()
+      }.start()
+      guard done.wait(timeout: .now() + 4) == .success else {
+        note("HUNG")
+        exit(4)
+      }
+      note("DONE")
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("DONE"), "\(text)")
+    // The scenario proves something only if the initializer ran off the main thread.
+    #expect(text.contains("INNER mainThread=false"), "\(text)")
   }
 }

@@ -85,6 +85,9 @@ struct TrackedWaitTests {
     let edge =
       #/^  thread \d+ waits for thread \d+ in DispatchSemaphore\.wait\(for:\) at MainOnceTests/TrackedWaitTests\.swift:\d+; blocked by thread \d+$/#
     #expect(lines.dropFirst().prefix(2).allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(text)")
+    // No main queue on this cycle: the hint says what is true of any cycle.
+    #expect(lines.contains { $0.hasPrefix(cycleHint) }, "\(text)")
+    #expect(!text.contains(mainQueueHint), "\(text)")
   }
 
   @Test("a cycle through a serial queue's owner is stopped")
@@ -156,4 +159,72 @@ struct TrackedWaitTests {
         #/MainOnceTests/TrackedWaitTests\.swift:\d+: Fatal error: MainOnce: the stall timeout must be from 1 ms to 1 day/#
       ), "\(text)")
   }
+
+  /// Thread B waits for thread A with a deadline; then A waits for B with none. The graph has
+  /// a loop, but B's wait ends by itself, so A's wait ends too: no deadlock may be reported.
+  @Test("a loop through a timed wait is no deadlock: the timed wait ends by itself")
+  func loopThroughTimedWait() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      let me = WaitTarget.currentThread
+      let other = Locked<WaitTarget?>(nil)
+      let never = DispatchSemaphore(value: 0)
+      let otherDone = DispatchSemaphore(value: 0)
+      Thread {
+        other.withLock { $0 = .currentThread }
+        _ = never.wait(for: me, timeout: .now() + .milliseconds(500))  // times out
+        otherDone.signal()
+      }.start()
+      while other.withLock({ $0 == nil }) { usleep(1_000) }
+      usleep(100_000)  // the other thread is in its timed wait by now
+      otherDone.wait(for: other.withLock { $0! })  // no deadline, but ends after ~400 ms
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(!text.contains("deadlock detected"), "\(text)")
+  }
+
+  /// Two `runOnce(for:)` bodies, on two threads, each wait for the other's call site.
+  @Test("two runOnce bodies that wait for each other stop with the once-only-work hint")
+  func runOnceCycleHint() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      let a = CycleNode()
+      let b = CycleNode()
+      let aEntered = DispatchSemaphore(value: 0)
+      let bEntered = DispatchSemaphore(value: 0)
+      Thread {
+        step(a) {
+          aEntered.signal()
+          _ = bEntered.wait(timeout: .now() + 5)
+          step(b) {}  // waits for the body below, which runs b's call
+        }
+      }.start()
+      step(b) {
+        bEntered.signal()
+        _ = aEntered.wait(timeout: .now() + 5)
+        usleep(200_000)  // the other thread waits for this body by now
+        step(a) {}  // closes the cycle
+      }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
+    #expect(lines.first == "MainOnce: deadlock detected", "\(text)")
+    #expect(
+      lines.filter { $0.contains("waits for the body for the same CycleNode in runOnce(for:)") }
+        .count == 2, "\(text)")
+    #expect(lines.contains { $0.hasPrefix(cycleHint) }, "\(text)")
+    #expect(!text.contains(mainQueueHint), "\(text)")
+  }
 }
+
+/// An object to scope `runOnce(for:)` to.
+private final class CycleNode: Sendable {}
+
+/// One `runOnce(for:)` call site for every caller: cells are per object and call site.
+private func step(_ node: CycleNode, _ inside: () -> Void) {
+  runOnce(for: node) { inside() }
+}
+
+private let mainQueueHint = "hint: code that holds the main queue must not block"
+private let cycleHint =
+  "hint: each of these waits can end only after the next one has: none ever will."
