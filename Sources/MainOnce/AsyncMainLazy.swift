@@ -4,11 +4,11 @@ internal import Dispatch
 /// awaited.
 ///
 /// ```swift
-/// enum Services {
-///   static let session = AsyncMainLazy { try await Session.restore() }
+/// enum Sessions {
+///   static let current = AsyncMainLazy { try await Session.restore() }
 /// }
 ///
-/// let session = try await Services.session.value  // any task
+/// let session = try await Sessions.current.value  // any task
 /// ```
 ///
 /// - Concurrent callers join one build in flight; the builder runs on the main actor, in a task

@@ -27,7 +27,7 @@ public enum MainContext {
   ///
   /// Unlike `dispatchPrecondition(condition: .onQueue(.main))` and
   /// `MainActor.assumeIsolated(_:)`, this never traps. It costs a thread-local lookup and a load
-  /// (about 17 ns on the machine in the README; `Thread.isMainThread` costs about 300 ns), or a
+  /// (about 18 ns on the machine in the README; `Thread.isMainThread` costs about 300 ns), or a
   /// `DispatchQueue.getSpecific` call on the fallback path.
   public static var isCurrent: Bool {
     isCurrent(on: ThreadRecord.current)
@@ -45,6 +45,7 @@ public enum MainContext {
   ///
   /// ```swift
   /// onceOnMain(token: Toolkit.setupToken) {
+  ///   // After dispatchMain(), this stops with a message instead of calling the toolkit.
   ///   MainContext.requireMainThread(for: "the toolkit")
   ///   initializeToolkit()
   /// }
@@ -56,8 +57,7 @@ public enum MainContext {
   /// main-queue code runs on worker threads: then this stops with a message that names the
   /// driver and the fix, instead of letting the library run on the wrong thread.
   ///
-  /// It costs a thread-local lookup and a load; one with the same checks is cheap enough to
-  /// leave in release builds.
+  /// It costs a thread-local lookup and a load: cheap enough to leave in release builds.
   ///
   /// - Parameters:
   ///   - library: What needs the main thread, for the message; for example `"GTK"`.

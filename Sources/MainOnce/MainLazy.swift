@@ -5,18 +5,20 @@
 /// It is also the answer to "`onceOnMain` that returns a value".
 ///
 /// ```swift
-/// enum Services {
-///   static let stack = MainLazy { PersistenceStack() }
-///   static let database = MainLazy { try Database(path: "/var/lib/app.db") }
+/// enum Stores {
+///   static let render = MainLazy { RenderStack() }
+///   static let database = MainLazy { try Database(path: databasePath) }
 /// }
 ///
-/// let stack = Services.stack.value               // any thread; built on first use
-/// let database = try Services.database.value     // a builder that throws
+/// func draw() throws {  // any thread
+///   render(Stores.render.value)  // built on first use, in main context
+///   let database = try Stores.database.value  // a builder that throws
+/// }
 /// ```
 ///
 /// The builder runs exactly as an initializer of ``onceOnMain(token:file:line:_:)`` does: once,
 /// in main context, with concurrent readers waiting for it; everything it wrote happens before
-/// every return of ``value``. Once built, reading `value` is one acquiring load and one load
+/// every return of `value`. Once built, reading `value` is one acquiring load and one load
 /// through the published address: no lock and no hop. Like a token, a `MainLazy` is statically
 /// initialized when declared as a `static let` with a closure that captures nothing, and it
 /// cannot be declared with `var`.
@@ -25,6 +27,9 @@
 /// thrown to the reader whose build it was, and the next read builds again. Readers that were
 /// waiting run the builder in turn, as callers of a token do. With a builder that cannot throw,
 /// reading `value` needs no `try`.
+///
+/// A `Value` that is `Sendable` can be read from any thread. One that is not is read on the
+/// main actor: in the Swift 6 language mode, reading it elsewhere does not compile.
 ///
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
 /// process.
@@ -71,10 +76,6 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   }
 
   /// The built value, building it first if needed.
-  ///
-  /// A method, not a property: Swift 6.3.1 crashes compiling a read without `try` of a
-  /// noncopyable type's `throws(Never)` getter, so the `value` overloads for `Never` call this
-  /// instead.
   @inlinable
   @inline(__always)
   func _builtValue() throws(Failure) -> Value {
@@ -111,6 +112,17 @@ func _mainLazyBuildSlowPath<Value, Failure: Error>(
   return UnsafePointer(bitPattern: lazy._storage.published).unsafelyUnwrapped
 }
 
+/// The slow path of ``MainLazy/value`` for a builder that cannot throw: a function that does
+/// not throw, so that the fast path inlined into the caller keeps no error register (a
+/// `throws(Never)` call still has a throwing function's convention).
+@usableFromInline
+@inline(never)
+func _mainLazyBuildSlowPath<Value>(
+  neverThrowing lazy: borrowing MainLazy<Value, Never>
+) -> UnsafePointer<Value> {
+  _mainLazyBuildSlowPath(lazy)
+}
+
 extension MainLazy where Value: Sendable {
   /// The value, built in main context on first use. Safe to read from any thread.
   ///
@@ -125,6 +137,23 @@ extension MainLazy where Value: Sendable {
   }
 }
 
+extension MainLazy where Failure == Never {
+  /// ``_builtValue()`` for a builder that cannot throw.
+  ///
+  /// The `value` overloads for `Never` are separate, and not the throwing ones read without
+  /// `try`: Swift 6.3.1 crashes compiling a read without `try` of a noncopyable type's
+  /// `throws(Never)` getter.
+  @inlinable
+  @inline(__always)
+  func _builtValueNeverThrowing() -> Value {
+    let address = _storage.published
+    if _fastPath(address != 0) {
+      return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
+    }
+    return _mainLazyBuildSlowPath(neverThrowing: self).pointee
+  }
+}
+
 extension MainLazy where Value: Sendable, Failure == Never {
   /// The value, built in main context on first use. Safe to read from any thread.
   ///
@@ -132,7 +161,7 @@ extension MainLazy where Value: Sendable, Failure == Never {
   /// builder's writes happen before every return.
   @inlinable
   public var value: Value {
-    _builtValue()
+    _builtValueNeverThrowing()
   }
 }
 
@@ -153,7 +182,7 @@ extension MainLazy where Failure == Never {
   @MainActor
   @inlinable
   public var value: Value {
-    _builtValue()
+    _builtValueNeverThrowing()
   }
 }
 

@@ -19,11 +19,12 @@ internal import Synchronization
 /// queue has work, and a call that runs that work.
 ///
 /// ```swift
-/// // In the loop, on the main thread:
-/// var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
-/// while running {
-///   _ = poll(&events, 1, -1)
-///   if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+/// func runEventLoop() {  // on the main thread, instead of dispatchMain()
+///   var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+///   while true {
+///     _ = poll(&events, 1, -1)
+///     if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+///   }
 /// }
 /// ```
 ///

@@ -2,8 +2,8 @@
 ///
 /// ```swift
 /// func loadView() async throws {
-///   try await onceOnMain(token: Graphics.setupToken) {
-///     initializeMainThreadOnlyLibrary()
+///   try await onceOnMain(token: Fonts.setupToken) {
+///     loadSystemFonts()
 ///   }
 /// }
 /// ```
@@ -21,10 +21,15 @@
 ///
 /// Everything the initializer that ran wrote happens before this call returns.
 ///
-/// If the task is cancelled while it waits, the call stops waiting and throws
-/// `CancellationError`. The initialization is not cancelled: an initializer that has started
-/// runs to completion, and if it was this caller's, the call returns its result instead. Other
-/// callers are not affected.
+/// If the task is cancelled while it waits, or before it calls, the call stops waiting and
+/// throws `CancellationError`; that is why it is `try await` even for an initializer that
+/// cannot throw. The initialization is not cancelled: an initializer that has started runs to
+/// completion, and if it was this caller's, the call returns its result instead. Other callers
+/// are not affected. A done token returns at once, cancelled or not.
+///
+/// The token stays borrowed until the call returns, also while it is suspended: MainOnce never
+/// touches the token after that. A caller that stops waiting (cancelled) leaves nothing behind
+/// that refers to it.
 ///
 /// This form cannot deadlock on the main queue: it never blocks a thread. An initializer that
 /// blocks waiting for an async caller can still hang, as any blocking code can.

@@ -4,8 +4,8 @@ public import Dispatch
 /// `completionQueue` when it is done.
 ///
 /// ```swift
-/// onceOnMain(token: Graphics.setupToken) {
-///   initializeMainThreadOnlyLibrary()
+/// onceOnMain(token: Fonts.setupToken) {
+///   loadSystemFonts()
 /// } completion: {
 ///   renderFirstFrame()  // on the main queue, after the initializer
 /// }
@@ -19,7 +19,13 @@ public import Dispatch
 /// finishes; on a serial queue they run in that order, also relative to calls that arrive after
 /// it finished.
 ///
-/// Everything the initializer wrote happens before `completion` runs.
+/// Everything the initializer wrote happens before `completion` runs, and the token reads as
+/// done there (``MainOnceToken/isDone``).
+///
+/// The token only has to live for the length of this call. MainOnce keeps no reference to it
+/// afterwards: the object that holds the token may be released before `completion` runs, even by
+/// `completion` itself, and the initialization still runs and `completion` is still called. (A
+/// new object that happens to get the same address has a fresh token of its own.)
 ///
 /// This form cannot deadlock on the main queue: it never blocks a thread.
 ///
@@ -49,7 +55,8 @@ public func onceOnMain(
 /// Like the non-throwing form, except that `initializer` may throw. If this caller's initializer
 /// ran and threw, `completion` receives that error, the token stays fresh, and the next waiting
 /// caller's initializer is tried, as in ``onceOnMain(token:file:line:_:)``. Every other outcome
-/// is `.success`.
+/// is `.success`. As with the non-throwing form, the token only has to live for the length of
+/// this call.
 ///
 /// - Parameters:
 ///   - token: The token that records whether an initializer has run.

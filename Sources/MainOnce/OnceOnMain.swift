@@ -1,15 +1,15 @@
 /// Runs `initializer` exactly once per token, in main context, and returns after it has run.
 ///
 /// ```swift
-/// enum Graphics {
-///   static let setupToken = MainOnceToken("graphics")
+/// enum Fonts {
+///   static let setupToken = MainOnceToken("fonts")
 /// }
 ///
-/// func render() {  // any thread
-///   onceOnMain(token: Graphics.setupToken) {
-///     initializeMainThreadOnlyLibrary()
+/// func drawText() {  // any thread
+///   onceOnMain(token: Fonts.setupToken) {
+///     loadSystemFonts()
 ///   }
-///   // The library is initialized here, whichever thread got here first.
+///   // The fonts are loaded here, whichever thread got here first.
 /// }
 /// ```
 ///
@@ -20,17 +20,25 @@
 ///   branch, inlined into the caller: no lock, no allocation, no main-thread check.
 /// - **In main context** (see ``MainContext``): `initializer` runs right here. A hop to the main
 ///   queue from main context would trap in libdispatch, so there is none.
-/// - **Anywhere else:** the call hops to the main queue, runs `initializer` there and returns
-///   when it is done. Concurrent callers share one hop: they queue behind it instead of sending
-///   hops of their own.
+/// - **Anywhere else:** the call queues `initializer`, hops to the main queue with one
+///   `DispatchQueue.main.async` (concurrent callers share it) and sleeps until the token is
+///   done or its own initializer has thrown. Whoever finishes the token releases every waiting
+///   caller: the hop, or main-queue code that ran the token in place meanwhile.
+///
+/// To compute a value once rather than run setup code, use ``MainLazy``: it is this, with a
+/// result.
 ///
 /// ## Guarantees
 ///
-/// - `initializer` runs in main context, so it may touch `@MainActor` state and main-thread-only
-///   libraries. Under `RunLoop.main.run()` and before `dispatchMain()` that is the main thread;
-///   after `dispatchMain()` it is whichever thread holds the main queue.
+/// - `initializer` runs in main context, so it may touch `@MainActor` state. Under
+///   `RunLoop.main.run()`, with ``MainQueueDriver`` and before `dispatchMain()` that is the main
+///   thread; after `dispatchMain()` it is whichever worker thread holds the main queue (call
+///   ``MainContext/requireMainThread(for:file:line:)`` first in an initializer that needs the
+///   main thread itself).
 /// - At most one initializer for a token is running at any time, and once one returns normally
 ///   no other runs for that token again.
+/// - No call returns before an initializer for the token has returned normally, or its own
+///   initializer has thrown.
 /// - Everything `initializer` wrote *happens before* every return from this function for the
 ///   same token, on every thread: the token is published with a releasing store and read with
 ///   an acquiring load.
@@ -40,7 +48,9 @@
 /// If `initializer` throws, the token stays fresh and the error is thrown to the caller whose
 /// initializer it was, like Rust's `OnceLock::get_or_try_init` and C++ `std::call_once`.
 /// Callers that were waiting are not lost: their own initializers are tried next, in the order
-/// they arrived, until one succeeds.
+/// they arrived, until one succeeds. Main-queue code whose initializer throws goes on with the
+/// waiting callers' initializers before it returns the error: it holds the main queue, so no hop
+/// could run them until it returns.
 ///
 /// - Warning: This blocks the calling thread while the main queue runs `initializer`. It
 ///   deadlocks if the main queue is waiting for the calling thread: for example when main-queue

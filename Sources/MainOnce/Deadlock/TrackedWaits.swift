@@ -10,8 +10,13 @@ public import Dispatch
 /// thread blocks for the main queue while a tracked wait on the main queue waits for it.
 ///
 /// ```swift
-/// let worker = WaitTarget.work("thumbnailer")
-/// withTrackedWait(for: worker) { thread.join() }
+/// let indexer = WaitTarget.work("indexer")
+/// let finished = DispatchSemaphore(value: 0)
+/// DispatchQueue.global().async {
+///   indexer.perform { buildIndex() }
+///   finished.signal()
+/// }
+/// withTrackedWait(for: indexer) { finished.wait() }  // as finished.wait(for: indexer) does
 /// ```
 ///
 /// The record costs a lock and a walk of the graph; the fast path of a done token is untouched.

@@ -10,15 +10,17 @@ internal import Synchronization
 /// MainOnce stops the process with a report naming every edge of the cycle, instead of hanging.
 ///
 /// ```swift
-/// let loader = WaitTarget.work("loader")
-/// DispatchQueue.global().async {
-///   loader.perform {
-///     let stack = Services.stack.value  // needs the main queue
-///     results.append(stack.load())
+/// DispatchQueue.main.async {
+///   let loader = WaitTarget.work("loader")
+///   let done = DispatchSemaphore(value: 0)
+///   DispatchQueue.global().async {
+///     loader.perform {
+///       render(Pictures.stack.value)  // needs the main queue
+///     }
+///     done.signal()
 ///   }
-///   done.signal()
+///   done.wait(for: loader)  // on the main queue: a deadlock, reported at once
 /// }
-/// done.wait(for: loader)  // on the main queue: a deadlock, reported at once
 /// ```
 public struct WaitTarget: Sendable, CustomStringConvertible {
   /// Identifies one unit of work.

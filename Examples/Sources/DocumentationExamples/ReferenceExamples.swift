@@ -1,0 +1,113 @@
+// The examples in MainOnce's doc comments.
+import Dispatch
+import MainOnce
+
+// MARK: MainOnceToken
+
+enum AudioEngine {
+  static let setupToken = MainOnceToken("audio setup")
+}
+
+// MARK: onceOnMain(token:)
+
+enum Fonts {
+  static let setupToken = MainOnceToken("fonts")
+}
+
+func drawText() {  // any thread
+  onceOnMain(token: Fonts.setupToken) {
+    loadSystemFonts()
+  }
+  // The fonts are loaded here, whichever thread got here first.
+}
+
+// MARK: await onceOnMain(token:)
+
+func loadView() async throws {
+  try await onceOnMain(token: Fonts.setupToken) {
+    loadSystemFonts()
+  }
+}
+
+// MARK: onceOnMain(token:completion:)
+
+func startRendering() {
+  onceOnMain(token: Fonts.setupToken) {
+    loadSystemFonts()
+  } completion: {
+    renderFirstFrame()  // on the main queue, after the initializer
+  }
+}
+
+// MARK: onceOnMain(for:) and runOnce(for:)
+
+@MainActor
+final class SettingsPanel {
+  func didAppear() {
+    onceOnMain(for: self) { self.buildControls() }  // once per panel
+  }
+
+  func buildControls() {}
+}
+
+final class Thumbnailer: Sendable {
+  func thumbnail(for path: String) {  // any thread
+    runOnce(for: self) { self.loadModel() }  // once per thumbnailer, here, on this thread
+  }
+
+  func loadModel() {}
+}
+
+// MARK: MainLazy
+
+enum Stores {
+  static let render = MainLazy { RenderStack() }
+  static let database = MainLazy { try Database(path: databasePath) }
+}
+
+func draw() throws {  // any thread
+  render(Stores.render.value)  // built on first use, in main context
+  let database = try Stores.database.value  // a builder that throws
+  _ = database
+}
+
+// MARK: AsyncMainLazy
+
+enum Sessions {
+  static let current = AsyncMainLazy { try await Session.restore() }
+}
+
+func resume() async throws {
+  let session = try await Sessions.current.value  // any task
+  _ = session
+}
+
+// MARK: withTrackedWait(for:) and WaitTarget
+
+func rebuildIndex() {
+  let indexer = WaitTarget.work("indexer")
+  let finished = DispatchSemaphore(value: 0)
+  DispatchQueue.global().async {
+    indexer.perform { buildIndex() }
+    finished.signal()
+  }
+  withTrackedWait(for: indexer) { finished.wait() }  // as finished.wait(for: indexer) does
+}
+
+enum Pictures {
+  static let stack = MainLazy { RenderStack() }
+}
+
+func deadlockOnPurpose() {
+  DispatchQueue.main.async {
+    let loader = WaitTarget.work("loader")
+    let done = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+      loader.perform {
+        render(Pictures.stack.value)  // needs the main queue
+      }
+      done.signal()
+    }
+    done.wait(for: loader)  // on the main queue: a deadlock, reported at once
+  }
+}

@@ -1,0 +1,122 @@
+import Foundation
+import Testing
+
+/// The code examples of the documentation are compiled: each one must appear in the Examples
+/// package, which CI builds as an app that depends on MainOnce would be built.
+@Suite("Documentation")
+struct DocumentationTests {
+  /// The package's root directory: this file is in `Tests/MainOnceTests`.
+  static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .deletingLastPathComponent().deletingLastPathComponent()
+
+  /// A code block of the documentation, and where it is.
+  struct Block: CustomStringConvertible {
+    let file: String
+    let line: Int
+    let lines: [String]
+    var description: String { "\(file):\(line)" }
+  }
+
+  @Test("every Swift example in the README, the DocC articles and the doc comments is compiled")
+  func examplesAreCompiled() throws {
+    let examples = try swiftFiles(under: "Examples/Sources").map { try significantLines(of: $0) }
+    let blocks = try documentationBlocks()
+    #expect(blocks.count >= 25, "found only \(blocks.count) examples: is the extraction broken?")
+    for block in blocks where !examples.contains(where: { contains($0, block.lines) }) {
+      let code = block.lines.joined(separator: "\n")
+      Issue.record(
+        "the example at \(block) is not in the Examples package, line for line:\n\(code)")
+    }
+  }
+
+  @Test("the README's Documentation section gives the command CI runs to build the docs")
+  func documentationCommand() throws {
+    let readme = try String(
+      contentsOf: Self.root.appendingPathComponent("README.md"), encoding: .utf8)
+    let ci = try String(contentsOf: Self.root.appendingPathComponent(".ci/run"), encoding: .utf8)
+    #expect(readme.contains("Scripts/docs.sh"))
+    #expect(ci.contains("Scripts/docs.sh"))
+  }
+
+  /// The ```swift blocks of the README, the DocC articles and the doc comments in the sources.
+  private func documentationBlocks() throws -> [Block] {
+    var blocks: [Block] = []
+    let articles =
+      ["README.md"]
+      + (try FileManager.default.contentsOfDirectory(
+        atPath: Self.root.appendingPathComponent("Sources/MainOnce/MainOnce.docc").path
+      )
+      .filter { $0.hasSuffix(".md") }.map { "Sources/MainOnce/MainOnce.docc/\($0)" })
+    for article in articles {
+      blocks += swiftBlocks(in: try lines(of: article), file: article)
+    }
+    for source in try swiftFiles(under: "Sources/MainOnce") {
+      // Doc comments, without their `///`; other lines become blank, which ends no block.
+      let comments = try lines(of: source).map { line -> String in
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        guard trimmed.hasPrefix("///") else { return "" }
+        return String(trimmed.dropFirst(3))
+      }
+      blocks += swiftBlocks(in: comments, file: source)
+    }
+    return blocks
+  }
+
+  private func swiftBlocks(in lines: [String], file: String) -> [Block] {
+    var blocks: [Block] = []
+    var start: Int?
+    for (index, line) in lines.enumerated() {
+      let trimmed = line.trimmingCharacters(in: .whitespaces)
+      if let opening = start {
+        if trimmed == "```" {
+          blocks.append(
+            Block(
+              file: file, line: opening + 1,
+              lines: lines[(opening + 1)..<index].map(significant).filter { !$0.isEmpty }))
+          start = nil
+        }
+      } else if trimmed == "```swift" {
+        start = index
+      }
+    }
+    return blocks
+  }
+
+  /// Whether `block` appears in `file` line for line, in order, each line at most three
+  /// significant lines after the one before (room for a wrapper such as `func … {`).
+  private func contains(_ file: [String], _ block: [String]) -> Bool {
+    guard let first = block.first else { return true }
+    return file.indices.contains { start in
+      guard file[start] == first else { return false }
+      var position = start
+      for line in block.dropFirst() {
+        guard
+          let next = file[(position + 1)..<min(file.count, position + 4)].firstIndex(of: line)
+        else { return false }
+        position = next
+      }
+      return true
+    }
+  }
+
+  private func significantLines(of path: String) throws -> [String] {
+    try lines(of: path).map(significant).filter { !$0.isEmpty }
+  }
+
+  /// A line without its indentation and trailing spaces.
+  private func significant(_ line: String) -> String {
+    line.trimmingCharacters(in: .whitespaces)
+  }
+
+  private func lines(of path: String) throws -> [String] {
+    try String(contentsOf: Self.root.appendingPathComponent(path), encoding: .utf8)
+      .components(separatedBy: "\n")
+  }
+
+  private func swiftFiles(under directory: String) throws -> [String] {
+    let base = Self.root.appendingPathComponent(directory)
+    guard let enumerator = FileManager.default.enumerator(atPath: base.path) else { return [] }
+    return enumerator.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
+      .map { "\(directory)/\($0)" }
+  }
+}
