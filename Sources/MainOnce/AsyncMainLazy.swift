@@ -114,17 +114,9 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     } onCancel: {
       Registry.shared.withLock { $0.withdraw(waiter) }.deliver()
     }
-    switch resolution {
-    case .done:
-      cell.settle()
-      return UnsafePointer<Value>(bitPattern: _storage.published).unsafelyUnwrapped.pointee
-    case .failed(let error):
-      throw error
-    case .cancelled:
-      throw CancellationError()
-    case .yourTurn:
-      Diagnostics.internalInconsistency("an AsyncMainLazy caller was handed a calling-thread run")
-    }
+    try resolution.endAsyncWait()
+    cell.settle()
+    return UnsafePointer<Value>(bitPattern: _storage.published).unsafelyUnwrapped.pointee
   }
 
   /// Runs the builder and hands its outcome to every caller waiting for it.

@@ -76,14 +76,6 @@ func _onceOnMainAsyncSlowPath(
   let resolution = await OnceEngine.suspend(cell, site: site) {
     Result { try MainActor.runIsolated(initializer) }.map { 1 }
   }
-  switch resolution {
-  case .done:
-    cell.settle()
-  case .failed(let error):
-    throw error
-  case .cancelled:
-    throw CancellationError()
-  case .yourTurn:
-    Diagnostics.internalInconsistency("an async caller was handed a calling-thread run")
-  }
+  try resolution.endAsyncWait()
+  cell.settle()
 }

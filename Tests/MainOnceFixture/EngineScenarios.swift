@@ -183,27 +183,35 @@ func widgetSite(_ widget: Widget, _ body: @Sendable () throws(Boom) -> Void) thr
 
 // MARK: - Bug 1: early return at a reused address
 
-/// Runs on the main queue.
-private func runStaleHopEarlyReturn() {
-  let tally = Tally()
+/// Leaves a hop over, and returns a new owner at the address of the one it was sent for.
+///
+/// A completion call queues an asynchronous hop for a short-lived owner's token; the caller,
+/// which is in main context, then runs the token in place, so the hop is left over. The owner
+/// is freed, and owners are allocated until one takes its address; the scenario ends as
+/// inconclusive if none does. Counts `firstRuns` and `firstCompletions` in `tally`.
+private func ownerWhereAHopWasLeftOver(_ tally: Tally) -> TokenOwner {
   var spare: [TokenOwner] = []
   spare.reserveCapacity(2_000)
   var first: TokenOwner? = TokenOwner()
   let firstAddress = address(of: first!)
-  // Queues an asynchronous hop for the first token...
   onceOnMain(token: first!.token, completionQueue: .global()) {
     tally.add("firstRuns")
   } completion: {
     tally.add("firstCompletions")
   }
-  // ...which this main-queue code makes unnecessary by running the token in place.
-  onceOnMain(token: first!.token) { tally.add("firstRuns") }
+  onceOnMain(token: first!.token) { tally.add("firstRuns") }  // in place: the hop is left over
   first = nil
   guard let fresh = allocate(at: firstAddress, spare: &spare, TokenOwner.init) else {
     verdict(false, "inconclusive: no owner reused the freed address")
   }
-  spare = []
   tally.set("addressReused", 1)
+  return fresh
+}
+
+/// Runs on the main queue.
+private func runStaleHopEarlyReturn() {
+  let tally = Tally()
+  let fresh = ownerWhereAHopWasLeftOver(tally)
   let returned = DispatchSemaphore(value: 0)
   Thread {
     // Blocks in its hop behind the left-over one until this main-queue block returns.
@@ -290,21 +298,7 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
 /// Runs at top level on the main thread, then serves the main queue with `driver`.
 private func runStaleHopNegativeCount(driver: Driver) -> Never {
   let tally = Tally()
-  var spare: [TokenOwner] = []
-  spare.reserveCapacity(2_000)
-  var first: TokenOwner? = TokenOwner()
-  let firstAddress = address(of: first!)
-  onceOnMain(token: first!.token, completionQueue: .global()) {
-    tally.add("firstRuns")
-  } completion: {
-    tally.add("firstCompletions")
-  }
-  onceOnMain(token: first!.token) { tally.add("firstRuns") }  // in place: the hop is left over
-  first = nil
-  guard let fresh = allocate(at: firstAddress, spare: &spare, TokenOwner.init) else {
-    verdict(false, "inconclusive: no owner reused the freed address")
-  }
-  spare = []
+  let fresh = ownerWhereAHopWasLeftOver(tally)
   let queued = DispatchSemaphore(value: 0)
   let completed = DispatchSemaphore(value: 0)
   do {

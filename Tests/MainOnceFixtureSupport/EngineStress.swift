@@ -270,32 +270,25 @@ public enum EngineStress {
     for call in calls {
       let owner = owners[call.token]
       let tally = tallies[call.token]
+      /// An async call, made with the caller's isolation: on the main actor it runs in place.
+      @Sendable func callAsync(isolation: isolated (any Actor)? = #isolation) async {
+        do {
+          try await onceOnMain(token: owner.token) {
+            try tally.initialize(caller: call.caller, throwing: call.throwing)
+          }
+          finish(call, .success(()))
+        } catch {
+          finish(call, .failure(error))
+        }
+      }
       switch call.kind {
       case .blocking, .mainInPlace:
         break
       case .async, .asyncCancelled:
-        let task = Task.detached {
-          do {
-            try await onceOnMain(token: owner.token) {
-              try tally.initialize(caller: call.caller, throwing: call.throwing)
-            }
-            finish(call, .success(()))
-          } catch {
-            finish(call, .failure(error))
-          }
-        }
+        let task = Task.detached { await callAsync() }
         if call.kind == .asyncCancelled { cancellable.append(task) }
       case .mainActorAsync:
-        Task { @MainActor in
-          do {
-            try await onceOnMain(token: owner.token) {
-              try tally.initialize(caller: call.caller, throwing: call.throwing)
-            }
-            finish(call, .success(()))
-          } catch {
-            finish(call, .failure(error))
-          }
-        }
+        Task { @MainActor in await callAsync() }
       case .completionGlobal, .completionMain:
         onceOnMain(
           token: owner.token,

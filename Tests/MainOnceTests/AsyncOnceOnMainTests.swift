@@ -59,20 +59,15 @@ struct AsyncOnceOnMainTests {
 
   @Test("a cancelled waiter throws CancellationError while the initialization goes on")
   func cancelledWaiter() async throws {
-    let started = DispatchSemaphore(value: 0)
-    let release = DispatchSemaphore(value: 0)
     let runs = Recorder<Int>()
-    // A blocking caller holds the main queue inside its initializer until released.
-    Thread {
-      onceOnMain(token: Tokens.cancellation) {
-        runs.record(0)
-        started.signal()
-        // Bounded, so that a failing test cannot leave the main queue blocked for the others.
-        _ = release.wait(timeout: .now() + 10)
-      }
-    }.start()
-    guard await wait(for: started) else { return }
-    defer { release.signal() }
+    guard
+      let hold = await MainQueueHold.start(
+        runs: runs,
+        {
+          onceOnMain(token: Tokens.cancellation, $0)
+        })
+    else { return }
+    defer { hold.release.signal() }
     let waiter = Task {
       try await onceOnMain(token: Tokens.cancellation) { runs.record(1) }
     }
@@ -84,7 +79,7 @@ struct AsyncOnceOnMainTests {
     await #expect(throws: CancellationError.self) {
       try await withinTimeLimit { try await waiter.value }
     }
-    release.signal()
+    hold.release.signal()
     // The other waiter was not cancelled with it: it returns once the initialization is done.
     await #expect(throws: Never.self) { try await withinTimeLimit { try await other.value } }
     // The initialization finished, and it was the first caller's: the cancelled one never ran.
@@ -144,19 +139,15 @@ struct AsyncOnceOnMainTests {
 
   @Test("a task cancelled before it calls ends with CancellationError at once, and never runs")
   func cancelledBeforeAsking() async throws {
-    let started = DispatchSemaphore(value: 0)
-    let release = DispatchSemaphore(value: 0)
     let runs = Recorder<Int>()
-    // A blocking caller holds the main queue inside its initializer until released.
-    Thread {
-      onceOnMain(token: Tokens.cancelledBeforeAsking) {
-        runs.record(0)
-        started.signal()
-        _ = release.wait(timeout: .now() + 10)  // bounded
-      }
-    }.start()
-    guard await wait(for: started) else { return }
-    defer { release.signal() }
+    guard
+      let hold = await MainQueueHold.start(
+        runs: runs,
+        {
+          onceOnMain(token: Tokens.cancelledBeforeAsking, $0)
+        })
+    else { return }
+    defer { hold.release.signal() }
     let caller = Task.detached {
       withUnsafeCurrentTask { $0?.cancel() }
       try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(1) }
@@ -165,7 +156,7 @@ struct AsyncOnceOnMainTests {
     await #expect(throws: CancellationError.self) {
       try await withinTimeLimit(.seconds(2)) { try await caller.value }
     }
-    release.signal()
+    hold.release.signal()
     try await withinTimeLimit {
       try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(2) }
     }

@@ -4,13 +4,9 @@ import Testing
 /// The deadlock detector, one fixture process per scenario: each needs the main queue to itself.
 @Suite("Deadlock detection")
 struct DeadlockTests {
-  /// Runs `MainOnceFixture deadlock <scenario>`.
   private func run(_ scenario: String, _ environment: [String: String] = [:]) async throws
     -> FixtureProcess.Outcome
-  {
-    try await FixtureProcess.run(
-      "MainOnceFixture", ["deadlock", scenario], environment: environment)
-  }
+  { try await FixtureProcess.scenario("deadlock", scenario, environment: environment) }
 
   @Test(
     "a tracked wait on the main queue for its caller stops with one line per edge",

@@ -6,10 +6,7 @@ import Testing
 struct ServiceTests {
   private func run(_ scenario: String, _ environment: [String: String] = [:]) async throws
     -> FixtureProcess.Outcome
-  {
-    try await FixtureProcess.run(
-      "MainOnceFixture", ["service", scenario], environment: environment)
-  }
+  { try await FixtureProcess.scenario("service", scenario, environment: environment) }
 
   @Test(
     "a main-queue wait runs, in place, the initializer its worker waits for, and ends normally",

@@ -104,6 +104,19 @@ enum Resolution {
   case cancelled
 }
 
+extension Resolution {
+  /// Ends an async caller's wait: returns if the cell is done (the caller publishes it next);
+  /// throws the caller's own initializer's error, or `CancellationError`, otherwise.
+  func endAsyncWait() throws {
+    switch self {
+    case .done: return
+    case .failed(let error): throw error
+    case .cancelled: throw CancellationError()
+    case .yourTurn: Diagnostics.internalInconsistency("an async caller was handed a run")
+    }
+  }
+}
+
 /// One caller waiting for a cell, with the initializer it brought and how to tell it the end.
 final class Waiter: @unchecked Sendable {
   // This is safe because the variables are only read and written under the registry's lock,

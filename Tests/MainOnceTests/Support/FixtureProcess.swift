@@ -82,6 +82,14 @@ struct FixtureProcess {
       timedOut: timedOut)
   }
 
+  /// Runs `MainOnceFixture <group> <name>`: one of the scenarios that need the main queue to
+  /// themselves, such as `deadlock rawSemaphore`.
+  static func scenario(
+    _ group: String, _ name: String, environment: [String: String] = [:]
+  ) async throws -> Outcome {
+    try await run("MainOnceFixture", [group, name], environment: environment)
+  }
+
   private static func spawn(
     _ path: String, _ arguments: [String], _ environment: [String], output: ChildPipe,
     error: ChildPipe
