@@ -87,33 +87,19 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     // and this task is alive while it is compared: it is the caller's own.
     let task = withUnsafeCurrentTask { $0 }
     let waiter = Waiter(site: declaration, attempt: nil, delivery: .task(nil))
-    let resolution = await withTaskCancellationHandler {
-      await withUnsafeContinuation { continuation in
-        let (now, starts) = Registry.shared.withLock { registry -> (Resolution?, Flight?) in
-          // Cancelled before it got here: `withdraw` has resolved it already.
-          if let resolution = waiter.resolution { return (resolution, nil) }
-          guard let flight = cell.flight(policy: .mainActorTask) else { return (.done, nil) }
-          if let runner = flight.runner, runner.task != nil, runner.task == task {
-            Diagnostics.fail(
-              """
-              MainOnce: \(label) awaited its own value while building it: the builder cannot \
-              finish until that await returns. Don't await an AsyncMainLazy's value from inside \
-              its own builder.
-              """,
-              at: declaration)
-          }
-          waiter.delivery = .task(continuation)
-          registry.enqueue(waiter, in: flight)
-          guard flight.runner == nil, flight.hopSentAt == nil else { return (nil, nil) }
-          flight.hopSentAt = Platform.monotonicNanoseconds()
-          return (nil, flight)
-        }
-        if let now { continuation.resume(returning: now) }
-        if let starts { Task { @MainActor in await self.runBuild(for: starts) } }
-      }
-    } onCancel: {
-      Registry.shared.withLock { $0.withdraw(waiter) }.deliver()
-    }
+    let resolution = await OnceEngine.suspend(
+      waiter, for: cell, policy: .mainActorTask,
+      check: { flight in
+        guard let runner = flight.runner, runner.task != nil, runner.task == task else { return }
+        Diagnostics.fail(
+          """
+          MainOnce: \(label) awaited its own value while building it: the builder cannot \
+          finish until that await returns. Don't await an AsyncMainLazy's value from inside \
+          its own builder.
+          """,
+          at: declaration)
+      },
+      start: { flight in Task { @MainActor in await self.runBuild(for: flight) } })
     try resolution.endAsyncWait()
     cell.settle()
     return UnsafePointer<Value>(bitPattern: _storage.published).unsafelyUnwrapped.pointee
@@ -127,7 +113,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     let task = withUnsafeCurrentTask { $0 }
     let thread = ThreadRecord.current.id
     Registry.shared.withLock { _ in
-      flight.hopSentAt = nil
+      flight.hopIsOnItsWay = false
       flight.runner = Runner(thread: thread, site: declaration, task: task)
     }
     let result: Result<UInt, any Error>

@@ -67,9 +67,10 @@ public enum MainContext {
     for library: String = "this code", file: StaticString = #fileID, line: UInt = #line
   ) {
     let thread = ThreadRecord.current
-    if thread.isMainThread && isCurrent(on: thread) { return }
+    let inMainContext = isCurrent(on: thread)
+    if inMainContext && thread.isMainThread { return }
     let site = CallSite(file: file, line: line)
-    guard isCurrent(on: thread) else {
+    guard inMainContext else {
       Diagnostics.fail(
         "MainOnce: \(library) needs the main thread, and the code at \(site) runs on"
           + " \(thread.id) outside main context. Run it on the main queue, for example in"

@@ -63,11 +63,12 @@ public enum MainQueueDriver {
   ///   - line: The caller's line, for the misuse message; leave the default.
   public static func drain(file: StaticString = #fileID, line: UInt = #line) {
     if let problem = drainProblem() {
+      let site = CallSite(file: file, line: line)
       Diagnostics.fail(
-        "MainOnce: MainQueueDriver.drain() at \(CallSite(file: file, line: line)) was called"
-          + " \(problem). It runs the main queue's work on the main thread, so it is legal only"
-          + " there, and only while the main queue is bound to it, before dispatchMain().",
-        at: CallSite(file: file, line: line))
+        "MainOnce: MainQueueDriver.drain() at \(site) was called \(problem). It runs the main"
+          + " queue's work on the main thread, so it is legal only there, and only while the main"
+          + " queue is bound to it, before dispatchMain().",
+        at: site)
     }
     var count: UInt64 = 0
     // Reset first: blocks submitted during the drain write the descriptor again.

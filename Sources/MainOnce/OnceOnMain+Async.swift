@@ -69,12 +69,11 @@ func _onceOnMainAsyncSlowPath(
   let cell = token.cell
   if MainContext.isCurrent {
     return try OnceEngine.run(cell, policy: .mainQueue, site: site) {
-      try MainActor.runIsolated(initializer)
-      return 1
+      try runTokenInitializer(initializer)
     }
   }
   let resolution = await OnceEngine.suspend(cell, site: site) {
-    Result { try MainActor.runIsolated(initializer) }.map { 1 }
+    OnceEngine.erase { try runTokenInitializer(initializer) }
   }
   try resolution.endAsyncWait()
   cell.settle()

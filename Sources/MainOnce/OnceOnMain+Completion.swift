@@ -78,11 +78,7 @@ public func onceOnMain<Failure: Error>(
   }
   let waiter = Waiter(
     site: CallSite(file: file, line: line),
-    attempt: {
-      Result { () throws(Failure) in try MainActor.runIsolated(initializer) }.map { 1 }.mapError {
-        $0
-      }
-    },
+    attempt: { OnceEngine.erase { () throws(Failure) in try runTokenInitializer(initializer) } },
     delivery: .handler { resolution in
       let outcome: Result<Void, Failure> =
         switch resolution {

@@ -20,7 +20,8 @@ internal import Synchronization
 /// The defaults can be changed in code, or before the process starts with environment
 /// variables:
 ///
-/// - `MAINONCE_DEADLOCK=abort|report|off` sets both ``cycleResponse`` and ``stallResponse``.
+/// - `MAINONCE_DEADLOCK=abort|report|service|off` sets both ``cycleResponse`` and
+///   ``stallResponse`` (`service` applies to cycles; stalls are then reported).
 /// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout``: a decimal number from 0.001 to
 ///   86400.
 ///
@@ -73,14 +74,7 @@ public enum DeadlockDetection {
   /// effect at once, also for waits in progress.
   public static var stallTimeout: Duration {
     get { .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed))) }
-    set {
-      guard validStallTimeouts.contains(newValue) else {
-        fatalError(
-          "MainOnce: DeadlockDetection.stallTimeout must be from 1 ms to 1 day, not \(newValue):"
-            + " a shorter one would report every hop")
-      }
-      store(newValue)
-    }
+    set { store(newValue, setAt: nil) }
   }
 
   /// Sets ``stallTimeout``, stopping the process with a message that names the caller's line if
@@ -93,17 +87,18 @@ public enum DeadlockDetection {
   public static func setStallTimeout(
     _ timeout: Duration, file: StaticString = #fileID, line: UInt = #line
   ) {
+    store(timeout, setAt: CallSite(file: file, line: line))
+  }
+
+  /// Stores `timeout`, and has the watchdog take it into account at once; stops the process
+  /// with a message attributed to `site` if it is not from 1 ms to one day.
+  private static func store(_ timeout: Duration, setAt site: CallSite?) {
     guard validStallTimeouts.contains(timeout) else {
       Diagnostics.fail(
         "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
           + " would report every hop",
-        at: CallSite(file: file, line: line))
+        at: site)
     }
-    store(timeout)
-  }
-
-  /// Stores a valid timeout, and has the watchdog take it into account at once.
-  private static func store(_ timeout: Duration) {
     stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
     Watchdog.settingsChanged()
   }

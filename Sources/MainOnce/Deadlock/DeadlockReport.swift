@@ -80,8 +80,6 @@ extension DeadlockReport {
     } else if !stopsProcess {
       Platform.writeToStandardError(text + "\n")
     }
-    guard stopsProcess else { return }
-    guard let site else { fatalError(text) }
-    Diagnostics.fail(text, at: site)
+    if stopsProcess { Diagnostics.fail(text, at: site) }
   }
 }

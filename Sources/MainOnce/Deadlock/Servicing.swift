@@ -76,21 +76,18 @@ extension Registry {
     Flight, first: Waiter
   )? {
     var visited: Set<ThreadID> = [thread]
-    var pending = [(thread, wait)]
-    while let (waiter, wait) = pending.popLast() {
+    var pending = [wait]
+    while let wait = pending.popLast() {
       var found: Flight?
-      forEachBlocker(of: wait, waiter: waiter, asker: thread, askerHoldsMainQueue: true) {
-        blocker in
+      forEachBlocker(of: wait, asker: thread, askerHoldsMainQueue: true) { blocker in
         guard visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
           !next.hasDeadline
         else { return true }
-        if case .flight(let flight) = next.object, flight.policy == .mainQueue,
-          flight.outcome == nil, flight.runner == nil, !flight.queue.isEmpty
-        {
+        if case .flight(let flight) = next.object, flight.awaitsMainQueue, !flight.queue.isEmpty {
           found = flight
           return false
         }
-        pending.append((blocker.thread, next))
+        pending.append(next)
         return true
       }
       if let found, let first = startNextAttempt(of: found, on: thread) { return (found, first) }

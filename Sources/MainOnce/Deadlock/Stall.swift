@@ -14,6 +14,14 @@ struct Look {
     case nobody
     /// Nothing runs yet, and the main queue's owner cannot be read.
     case unknown
+
+    /// The thread known to be in the way: the runner, or the main queue's holder.
+    var thread: ThreadID? {
+      switch self {
+      case .runner(let thread, _), .mainQueue(let thread): thread
+      case .builder, .nobody, .unknown: nil
+      }
+    }
   }
 
   /// Callers that wait the same way at the same place, for the report.
@@ -40,12 +48,8 @@ struct Look {
 
   /// Samples the thread in the way, outside the lock.
   func sample() -> Finding {
-    let thread: ThreadID? =
-      switch inTheWay {
-      case .runner(let thread, _), .mainQueue(let thread): thread
-      case .unknown: ThreadID.mainThread
-      case .builder, .nobody: nil
-      }
+    // Without introspection, the main thread is the one to look at.
+    let thread = if case .unknown = inTheWay { ThreadID.mainThread } else { inTheWay.thread }
     guard let thread else { return Finding(holder: nil, activity: .unknown, progress: nil) }
     return Finding(
       holder: thread, activity: ThreadSampler.stableActivity(of: thread).activity,
@@ -226,6 +230,13 @@ struct Finding {
   let holder: ThreadID?
   let activity: ThreadActivity.Activity
   let progress: ThreadProgress?
+
+  /// The thread in the way and how much it had run, where both are known: what the next look
+  /// compares with.
+  var baseline: StallWatch.Baseline? {
+    guard let holder, let progress else { return nil }
+    return StallWatch.Baseline(thread: holder, progress: progress)
+  }
 }
 
 extension Registry {
@@ -256,16 +267,11 @@ extension Registry {
       case .unknown: inTheWay = .unknown
       }
     }
-    let holder: ThreadID? =
-      switch inTheWay {
-      case .runner(let thread, _), .mainQueue(let thread): thread
-      default: nil
-      }
     return Look(
       flight: flight, label: flight.label, callers: callers,
       callerCount: callers.reduce(0) { $0 + $1.count }, since: since, now: now, timeout: timeout,
       inTheWay: inTheWay,
-      trackedWait: holder.flatMap { waits[$0] }.map {
+      trackedWait: inTheWay.thread.flatMap { waits[$0] }.map {
         "\(DeadlockReport.describe($0.object)) in \($0.call)"
       },
       site: oldest?.site ?? flight.label.declaration)

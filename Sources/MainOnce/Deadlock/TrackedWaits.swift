@@ -48,27 +48,9 @@ extension DispatchSemaphore {
   ///   - file: The caller's file, for reports; leave the default.
   ///   - line: The caller's line, for reports; leave the default.
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
-    if wait(timeout: .now()) == .success { return }
-    if let serviced = ServicedWait(
-      for: target, operation: "DispatchSemaphore.wait(for:)", file, line)
-    {
-      // The wait happens off this thread, which serves initializers meanwhile.
-      return serviced.run { done in
-        DispatchQueue.global().async {
-          self.wait()
-          done()
-        }
-      }
-    }
-    var signalled = false
-    trackingWait(
-      for: target, operation: "DispatchSemaphore.wait(for:)",
-      site: CallSite(file: file, line: line),
-      recheck: {
-        signalled = self.wait(timeout: .now()) == .success
-        return signalled
-      }
-    ) { if !signalled { wait() } }
+    trackedWait(
+      for: target, operation: "DispatchSemaphore.wait(for:)", site: CallSite(file: file, line: line)
+    )
   }
 
   /// Waits at most until `timeout` for a signal that `target` will send, as a tracked wait.
@@ -86,11 +68,9 @@ extension DispatchSemaphore {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    if wait(timeout: .now()) == .success { return .success }
-    return trackingWait(
-      for: target, operation: "DispatchSemaphore.wait(for:timeout:)",
-      site: CallSite(file: file, line: line), hasDeadline: true
-    ) { wait(timeout: timeout) }
+    trackedWait(
+      for: target, timeout: timeout, operation: "DispatchSemaphore.wait(for:timeout:)",
+      site: CallSite(file: file, line: line))
   }
 }
 
@@ -104,19 +84,8 @@ extension DispatchGroup {
   ///   - file: The caller's file, for reports; leave the default.
   ///   - line: The caller's line, for reports; leave the default.
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
-    if wait(timeout: .now()) == .success { return }
-    if let serviced = ServicedWait(for: target, operation: "DispatchGroup.wait(for:)", file, line) {
-      // The group says when it is done; this thread serves initializers meanwhile.
-      return serviced.run { done in notify(queue: .global(), execute: done) }
-    }
-    var finished = false
-    trackingWait(
-      for: target, operation: "DispatchGroup.wait(for:)", site: CallSite(file: file, line: line),
-      recheck: {
-        finished = self.wait(timeout: .now()) == .success
-        return finished
-      }
-    ) { if !finished { wait() } }
+    trackedWait(
+      for: target, operation: "DispatchGroup.wait(for:)", site: CallSite(file: file, line: line))
   }
 
   /// Waits at most until `timeout` for the group's work, done by `target`, as a tracked wait.
@@ -134,11 +103,63 @@ extension DispatchGroup {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
+    trackedWait(
+      for: target, timeout: timeout, operation: "DispatchGroup.wait(for:timeout:)",
+      site: CallSite(file: file, line: line))
+  }
+}
+
+/// What the tracked waits of `DispatchSemaphore` and `DispatchGroup` share: both wait with or
+/// without a deadline, and can be waited for off the calling thread.
+protocol TrackableWait: AnyObject, Sendable {
+  func wait()
+  func wait(timeout: DispatchTime) -> DispatchTimeoutResult
+  /// Calls `done`, from another thread, once ``wait()`` would have returned.
+  func notifyAfterWaiting(_ done: @escaping @Sendable () -> Void)
+}
+
+extension DispatchSemaphore: TrackableWait {
+  func notifyAfterWaiting(_ done: @escaping @Sendable () -> Void) {
+    DispatchQueue.global().async {
+      self.wait()
+      done()
+    }
+  }
+}
+
+extension DispatchGroup: TrackableWait {
+  func notifyAfterWaiting(_ done: @escaping @Sendable () -> Void) {
+    notify(queue: .global(), execute: done)
+  }
+}
+
+extension TrackableWait {
+  /// A tracked wait without a deadline. Returns at once, recording nothing, if the wait is over
+  /// already; serves initializers while it waits under the `service` policy.
+  func trackedWait(for target: WaitTarget, operation: StaticString, site: CallSite) {
+    if wait(timeout: .now()) == .success { return }
+    if let serviced = ServicedWait(for: target, operation: operation, site: site) {
+      // The wait happens off this thread, which serves initializers meanwhile.
+      return serviced.run(notifyAfterWaiting)
+    }
+    var isOver = false
+    trackingWait(
+      for: target, operation: operation, site: site,
+      recheck: {
+        isOver = self.wait(timeout: .now()) == .success
+        return isOver
+      }
+    ) { if !isOver { wait() } }
+  }
+
+  /// A tracked wait with a deadline: recorded for reports, never part of a proven cycle.
+  func trackedWait(
+    for target: WaitTarget, timeout: DispatchTime, operation: StaticString, site: CallSite
+  ) -> DispatchTimeoutResult {
     if wait(timeout: .now()) == .success { return .success }
-    return trackingWait(
-      for: target, operation: "DispatchGroup.wait(for:timeout:)",
-      site: CallSite(file: file, line: line), hasDeadline: true
-    ) { wait(timeout: timeout) }
+    return trackingWait(for: target, operation: operation, site: site, hasDeadline: true) {
+      wait(timeout: timeout)
+    }
   }
 }
 
@@ -202,15 +223,14 @@ struct ServicedWait {
   private let blocked: BlockedWait
   private let thread: ThreadRecord
 
-  init?(for target: WaitTarget, operation: StaticString, _ file: StaticString, _ line: UInt) {
+  init?(for target: WaitTarget, operation: StaticString, site: CallSite) {
     let thread = ThreadRecord.current
     guard Servicing.applies(holdingMainQueue: MainContext.isCurrent(on: thread)) else {
       return nil
     }
     self.thread = thread
     blocked = BlockedWait(
-      object: .target(target), operation: operation, site: CallSite(file: file, line: line),
-      holdsMainQueue: true)
+      object: .target(target), operation: operation, site: site, holdsMainQueue: true)
   }
 
   /// Starts the wait with `start`, which calls its argument when the wait is over, and serves

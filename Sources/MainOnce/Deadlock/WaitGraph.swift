@@ -76,7 +76,6 @@ struct CycleEdge {
 extension Registry {
   /// Records that `thread` is about to block in `wait`. Returns the wait it replaces (a thread
   /// can wait inside code it runs while another of its waits is recorded: an initializer run by
-  /// its own hop) and the cycle the wait closes, if any.
   /// its own hop) and what to do about the cycle the wait closes, if any, as `response` says:
   /// report it, or, under the `service` policy, wake the main-queue wait on the cycle that
   /// serves initializers.
@@ -93,11 +92,7 @@ extension Registry {
     // through an initializer it can run: one waiting for the main queue, with nobody running it.
     let desk = cycle.compactMap { waits[$0.waiter]?.desk }.first
     let hasServiceableFlight = cycle.contains {
-      if case .flight(let flight) = $0.wait.object {
-        flight.policy == .mainQueue && flight.runner == nil
-      } else {
-        false
-      }
+      if case .flight(let flight) = $0.wait.object { flight.awaitsMainQueue } else { false }
     }
     if let desk, hasServiceableFlight { return (previous, .serviced(desk)) }
     let why =
@@ -126,7 +121,7 @@ extension Registry {
     return beginWait(wait, on: thread, response: detection.cycleResponse)
   }
 
-  /// Ends `thread`'s wait, putting back the one it replaced; returns the wait that ended.
+  /// Ends `thread`'s wait, putting back the one it replaced.
   mutating func endWait(on thread: ThreadID, restoring previous: BlockedWait?) {
     waits[thread] = previous
   }
@@ -150,8 +145,7 @@ extension Registry {
     if wait.hasDeadline { return nil }
     let holdsMainQueue = wait.holdsMainQueue
     var mayCycle = false
-    forEachBlocker(of: wait, waiter: thread, asker: thread, askerHoldsMainQueue: holdsMainQueue) {
-      blocker in
+    forEachBlocker(of: wait, asker: thread, askerHoldsMainQueue: holdsMainQueue) { blocker in
       mayCycle =
         blocker.thread == thread || waits[blocker.thread].map { !$0.hasDeadline } ?? false
       return !mayCycle
@@ -162,9 +156,7 @@ extension Registry {
     var visited: Set<ThreadID> = [thread]
     func follow(_ waiter: ThreadID, _ wait: BlockedWait) -> Bool {
       var found = false
-      forEachBlocker(
-        of: wait, waiter: waiter, asker: thread, askerHoldsMainQueue: holdsMainQueue
-      ) { blocker in
+      forEachBlocker(of: wait, asker: thread, askerHoldsMainQueue: holdsMainQueue) { blocker in
         path.append(CycleEdge(waiter: waiter, wait: wait, blocker: blocker))
         if blocker.thread == thread { found = true }
         if !found, visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
@@ -180,20 +172,20 @@ extension Registry {
     return follow(thread, wait) ? path : nil
   }
 
-  /// Calls `body` with each thread that must make progress before `waiter`'s `wait` can end,
-  /// until `body` returns `false`.
+  /// Calls `body` with each thread that must make progress before `wait` can end, until `body`
+  /// returns `false`.
   ///
   /// `asker` is the thread about to wait (its wait is not recorded yet); where the main queue's
   /// owner cannot be read, it counts as holding the main queue if `askerHoldsMainQueue`.
   func forEachBlocker(
-    of wait: BlockedWait, waiter: ThreadID, asker: ThreadID, askerHoldsMainQueue: Bool,
+    of wait: BlockedWait, asker: ThreadID, askerHoldsMainQueue: Bool,
     _ body: (Blocker) -> Bool
   ) {
     switch wait.object {
     case .flight(let flight):
       if let runner = flight.runner {
         _ = body(Blocker(thread: runner.thread, reason: ", which runs it"))
-      } else if flight.policy == .mainQueue && flight.outcome == nil {
+      } else if flight.awaitsMainQueue {
         forEachMainQueueHolder(asker: asker, askerHoldsMainQueue: askerHoldsMainQueue, body)
       }
     case .target(let target):

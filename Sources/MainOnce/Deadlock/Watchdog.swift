@@ -19,11 +19,17 @@ struct WatchdogState {
 
 /// The watchdog's notes on one flight it has looked at.
 struct StallWatch {
+  /// A thread in a flight's way, and how much it had run.
+  struct Baseline: Equatable {
+    let thread: ThreadID
+    let progress: ThreadProgress
+  }
+
   /// When it looks next.
   var nextLook: UInt64
   /// The thread in the flight's way at the last look, and how much it had run: what the next
   /// look compares with to tell a thread that is stuck from one that makes progress.
-  var baseline: (thread: ThreadID, progress: ThreadProgress)?
+  var baseline: Baseline?
   /// Set once a look has found the thread in the way blocked without progress: the last word
   /// on this flight.
   var isEscalated = false
@@ -141,27 +147,18 @@ extension Registry {
   {
     let flight = look.flight
     guard flight.outcome == nil, flight.queue.contains(where: \.isWaiting) else { return nil }
-    let baseline = finding.holder.map { (thread: $0, progress: finding.progress) }
     guard var watch = flight.watch else {
       flight.watch = StallWatch(
-        nextLook: now + look.timeout, baseline: baseline.flatMap(Self.known),
-        waitingSince: look.since)
+        nextLook: now + look.timeout, baseline: finding.baseline, waitingSince: look.since)
       return look.report(finding, isStuck: false, stops: false)
     }
     let isStuck =
-      finding.activity == .blockedOnLock && watch.baseline != nil
-      && watch.baseline?.thread == finding.holder && finding.progress != nil
-      && watch.baseline?.progress == finding.progress
-    watch.baseline = baseline.flatMap(Self.known)
+      finding.activity == .blockedOnLock && finding.baseline != nil
+      && finding.baseline == watch.baseline
+    watch.baseline = finding.baseline
     watch.isEscalated = isStuck
     flight.watch = watch
     return isStuck ? look.report(finding, isStuck: true, stops: stops) : nil
-  }
-
-  private static func known(_ baseline: (thread: ThreadID, progress: ThreadProgress?)) -> (
-    thread: ThreadID, progress: ThreadProgress
-  )? {
-    baseline.progress.map { (baseline.thread, $0) }
   }
 
   /// The watchdog's word that a flight it reported no longer keeps anyone waiting, if it did

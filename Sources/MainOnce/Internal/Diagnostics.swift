@@ -27,8 +27,9 @@ enum Diagnostics {
     fatalError("MainOnce: internal inconsistency: \(detail). Please report this bug.")
   }
 
-  /// Stops the process with `message`, attributed to the caller's call site.
-  static func fail(_ message: String, at site: CallSite) -> Never {
+  /// Stops the process with `message`, attributed to the caller's call site where there is one.
+  static func fail(_ message: String, at site: CallSite?) -> Never {
+    guard let site else { fatalError(message) }
     fatalError(message, file: site.file, line: site.line)
   }
 }

@@ -40,14 +40,21 @@ final class Flight: @unchecked Sendable {
   /// The watchdog's notes on this flight; `nil` until it has looked at it.
   @exclusivity(unchecked) var watch: StallWatch?
 
-  /// When the hop on its way to the main queue was sent; `nil` when none is on its way. Under
-  /// the main-queue policy, a flight with queued callers always has a runner or a hop on its
-  /// way (see ``OnceEngine/claimHop(for:)``).
-  @exclusivity(unchecked) var hopSentAt: UInt64?
+  /// Whether a hop to the main queue (for an ``AsyncMainLazy``, the start of its build) is on
+  /// its way. Under the main-queue policy, a flight with queued callers always has a runner or
+  /// a hop on its way (see ``OnceEngine/claimHop(for:)``).
+  @exclusivity(unchecked) var hopIsOnItsWay = false
 
   init(label: CellLabel, policy: OnceEngine.Policy) {
     self.label = label
     self.policy = policy
+  }
+
+  /// Whether the flight waits for the main queue: a main-queue flight that has not finished and
+  /// that nobody runs, so that its initializers run only once the main queue's holder gets to
+  /// them.
+  var awaitsMainQueue: Bool {
+    policy == .mainQueue && outcome == nil && runner == nil
   }
 
   /// Takes `waiter` out of the queue, if it is in it.

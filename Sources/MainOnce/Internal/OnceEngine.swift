@@ -135,18 +135,34 @@ enum OnceEngine {
   static func suspend(_ cell: Cell, site: CallSite, attempt: @escaping Attempt) async
     -> Resolution
   {
-    let waiter = Waiter(site: site, attempt: attempt, delivery: .task(nil))
-    return await withTaskCancellationHandler {
+    await suspend(
+      Waiter(site: site, attempt: attempt, delivery: .task(nil)), for: cell, policy: .mainQueue,
+      start: sendHop)
+  }
+
+  /// Queues `waiter`, a task's, in `cell`'s flight and suspends until it is resolved: the cell
+  /// is done, its attempt has run, or the task was cancelled first (then it is withdrawn, and
+  /// resolved as cancelled, wherever it is: not queued yet, queued, or resolved already).
+  ///
+  /// `check` sees the flight under the lock before the waiter joins it. `start` gets the flight
+  /// after the lock is released when this caller has claimed its start (see
+  /// ``claimHop(for:)``): it sends the hop, or starts the `AsyncMainLazy` build.
+  static func suspend(
+    _ waiter: Waiter, for cell: Cell, policy: Policy, check: (Flight) -> Void = { _ in },
+    start: (Flight) -> Void
+  ) async -> Resolution {
+    await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, hop) = Registry.shared.withLock { registry -> (Resolution?, Flight?) in
+        let (now, starts) = Registry.shared.withLock { registry -> (Resolution?, Flight?) in
           // Cancelled before it got here: `withdraw` has resolved it already.
           if let resolution = waiter.resolution { return (resolution, nil) }
-          guard let flight = cell.flight(policy: .mainQueue) else { return (.done, nil) }
+          guard let flight = cell.flight(policy: policy) else { return (.done, nil) }
+          check(flight)
           waiter.delivery = .task(continuation)
           registry.enqueue(waiter, in: flight)
           return (nil, claimHop(for: flight) ? flight : nil)
         }
-        if let hop { sendHop(for: hop) }
+        if let starts { start(starts) }
         if let now { continuation.resume(returning: now) }
       }
     } onCancel: {
@@ -167,15 +183,16 @@ enum OnceEngine {
 
   // MARK: - Running the queue in main context
 
-  /// Whether a hop must be sent to drive `flight` on the main queue: no runner and no hop will
-  /// get to its queue otherwise. Marks the hop as on its way; send it with ``sendHop(for:)``
-  /// once the lock is released (a worker that picks it up at once must not find the lock
-  /// held). Call under the lock, after queueing a caller.
+  /// Whether a hop must be sent to drive `flight` on the main queue (or, for an
+  /// ``AsyncMainLazy``, its build started): no runner and no hop will get to its queue
+  /// otherwise. Marks the hop as on its way; send it with ``sendHop(for:)`` once the lock is
+  /// released (a worker that picks it up at once must not find the lock held). Call under the
+  /// lock, after queueing a caller.
   private static func claimHop(for flight: Flight) -> Bool {
-    guard flight.policy == .mainQueue, flight.runner == nil, flight.hopSentAt == nil else {
+    guard flight.policy != .callingThread, flight.runner == nil, !flight.hopIsOnItsWay else {
       return false
     }
-    flight.hopSentAt = Platform.monotonicNanoseconds()
+    flight.hopIsOnItsWay = true
     return true
   }
 
@@ -190,7 +207,7 @@ enum OnceEngine {
   private static func hopArrived(_ flight: Flight) {
     let thread = ThreadRecord.current
     let first = Registry.shared.withLock { registry -> Waiter? in
-      flight.hopSentAt = nil
+      flight.hopIsOnItsWay = false
       if let runner = flight.runner {
         // An initializer on this thread served the hop from a nested run loop; its caller
         // goes on driving the queue when it returns.
