@@ -10,6 +10,12 @@ enum DeadlockScenario: String, CaseIterable {
   case trackedCycleMainFirst
   /// Work blocks in `onceOnMain`; then main-queue code waits for it.
   case trackedCycleWorkerFirst
+  /// Like `trackedCycleMainFirst`, but the main queue's thread computes for 60 ms inside its
+  /// tracked wait before it blocks: the cycle is proven once it sleeps there.
+  case trackedCycleMainRunsFirst
+  /// Main-queue code computes for 400 ms inside a tracked wait for work that needs the main
+  /// queue, then returns: a thread that never sleeps in its wait proves no cycle.
+  case runningTrackedWait
   /// `DispatchQueue.main.trackedSync` from main-queue code.
   case mainQueueSyncFromMain
   /// Main-queue code blocks in a raw semaphore wait for 3 s while a thread waits for it.
@@ -46,6 +52,10 @@ enum DeadlockScenario: String, CaseIterable {
   /// A worker signals, then needs the main queue; main-queue code then waits for its signal, as
   /// a tracked wait: the semaphore is signalled already, so the wait returns at once.
   case signalledTrackedWait
+  /// 400 rounds: main-queue code blocks in a tracked wait for a worker (its thread, or its
+  /// work), which signals and at once calls `onceOnMain` on a fresh token, before the main
+  /// queue's thread has woken up and taken its wait off the graph: no deadlock.
+  case releasedTrackedWait
   /// Main-queue code consumes 300 items from a producer, one every 10 ms, mostly blocked in a
   /// semaphore, while a worker waits for the main queue: a main queue that makes progress.
   case progressingMainQueue
@@ -100,6 +110,21 @@ enum DeadlockScenario: String, CaseIterable {
         usleep(300_000)  // the worker is blocked in its hop by now
         done.wait(for: loader)
         finish("the cycle went unnoticed")
+      }
+    case .trackedCycleMainRunsFirst, .runningTrackedWait:
+      let loader = WaitTarget.work("loader")
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { loader.perform { onceOnMain(token: Tokens.token) {} } }.start()
+        withTrackedWait(for: loader) {
+          if self == .runningTrackedWait {
+            compute(for: .milliseconds(400))
+          } else {
+            compute(for: .milliseconds(60))
+            never.wait()
+          }
+        }
+        DispatchQueue.global().async { callAndFinish() }
       }
     case .mainQueueSyncFromMain:
       DispatchQueue.main.async {
@@ -213,6 +238,38 @@ enum DeadlockScenario: String, CaseIterable {
         done.wait(for: worker)
         DispatchQueue.global().async { callAndFinish() }
       }
+    case .releasedTrackedWait:
+      Thread {
+        for round in 0..<400 {
+          let holder = TokenHolder()
+          let returned = DispatchSemaphore(value: 0)
+          Thread {
+            let signal = DispatchSemaphore(value: 0)
+            let signalAndCall = {
+              usleep(1_000)  // the main queue's thread is asleep in its wait by now
+              signal.signal()
+              onceOnMain(token: holder.token) {}
+            }
+            if round.isMultiple(of: 2) {
+              let worker = WaitTarget.currentThread
+              DispatchQueue.main.async { signal.wait(for: worker) }
+              signalAndCall()
+            } else {
+              let work = WaitTarget.work("worker")
+              work.perform {
+                DispatchQueue.main.async { signal.wait(for: work) }
+                signalAndCall()
+              }
+            }
+            returned.signal()
+          }.start()
+          guard returned.wait(timeout: .now() + 5) == .success else {
+            print("FAIL round \(round) did not return within 5 s")
+            exit(1)
+          }
+        }
+        finish("400 rounds")
+      }.start()
     case .progressingMainQueue:
       let item = DispatchSemaphore(value: 0)
       Thread {
@@ -286,6 +343,11 @@ private func compute(for duration: Duration) {
   let end = ContinuousClock.now + duration
   var spins = 0
   while ContinuousClock.now < end { spins &+= 1 }
+}
+
+/// A token that lives as long as one round of a scenario.
+private final class TokenHolder: Sendable {
+  let token = MainOnceToken("released tracked wait")
 }
 
 /// An object to scope `runOnce(for:)` to.

@@ -10,8 +10,13 @@ struct DeadlockTests {
 
   @Test(
     "a tracked wait on the main queue for its caller stops with one line per edge",
-    arguments: ["trackedCycleMainFirst", "trackedCycleWorkerFirst"])
-  func trackedCycle(_ scenario: String) async throws {
+    arguments: [
+      ("trackedCycleMainFirst", "DispatchSemaphore.wait(for:)"),
+      ("trackedCycleWorkerFirst", "DispatchSemaphore.wait(for:)"),
+      // Computes in its wait first: proven once it sleeps there.
+      ("trackedCycleMainRunsFirst", "withTrackedWait(for:)"),
+    ])
+  func trackedCycle(_ scenario: String, _ operation: String) async throws {
     let outcome = try await run(scenario)
     #expect(!outcome.timedOut)
     #expect(outcome.status != 0)
@@ -26,7 +31,7 @@ struct DeadlockTests {
       #/^  thread \d+( \(holds the main queue\))? waits for .+ in .+ at MainOnceFixture/DeadlockScenarios\.swift:\d+; blocked by thread \d+, which (holds the main queue|performs it)$/#
     #expect(edges.allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(edges)")
     #expect(
-      edges.contains { $0.contains("waits for work \"loader\" in DispatchSemaphore.wait(for:)") })
+      edges.contains { $0.contains("waits for work \"loader\" in \(operation)") })
     #expect(
       edges.contains { $0.contains("waits for the initializer of token \"deadlock scenario\"") })
     #expect(lines.dropFirst(3).first?.hasPrefix("hint: ") == true)
@@ -124,11 +129,15 @@ struct DeadlockTests {
   }
 
   @Test(
-    "a tracked wait that can end is no deadlock: with a deadline, or on a signalled semaphore",
+    "a tracked wait that can end is no deadlock: with a deadline, signalled, released, or running",
     arguments: [
       ("timedTrackedWaits", "PASS timed waits: timedOut, timedOut; the worker finished"),
       // The worker's initializer ran: the caller that finishes the scenario found it done.
       ("signalledTrackedWait", "PASS initializer ran: false"),
+      // The main queue's wait was signalled, but its thread has not removed it yet.
+      ("releasedTrackedWait", "PASS 400 rounds"),
+      // The main queue's thread computes in its wait, and never sleeps there.
+      ("runningTrackedWait", "PASS initializer ran: false"),
     ])
   func waitsThatCanEndAreNoDeadlock(_ scenario: String, _ verdict: String) async throws {
     let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])

@@ -6,9 +6,10 @@ internal import Synchronization
 /// ``onceOnMain(token:file:line:_:)`` or on a ``MainLazy``, and tracked waits such as
 /// ``withTrackedWait(for:file:line:_:)`` and `DispatchSemaphore.wait(for:file:line:)`. Before a
 /// thread blocks, MainOnce checks whether the wait would close a cycle (the main queue waits for
-/// the caller while the caller waits for the main queue). Only a wait with no deadline counts:
-/// such a cycle can never end, and by default MainOnce stops the process with a report that
-/// lists every edge.
+/// the caller while the caller waits for the main queue). Only a wait with no deadline counts,
+/// and another thread's tracked wait only while `/proc` says the thread sleeps in it (not one it
+/// has just been released from): such a cycle can never end, and by default MainOnce stops the
+/// process with a report that lists every edge.
 ///
 /// Waits MainOnce cannot see, such as a raw `semaphore.wait()` on the main queue, are caught by
 /// a watchdog. When the callers of an initializer that runs in main context, in any form
@@ -138,9 +139,9 @@ public enum DeadlockDetection {
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
   private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
 
-  /// Starts a tracked wait: checks for a cycle, records the wait, and reacts to a cycle unless
+  /// Starts a tracked wait: records the wait, checks for a cycle, and reacts to a cycle unless
   /// `recheck` finds that the wait no longer needs to block. Returns the wait it replaces on
-  /// this thread, for ``endWait(on:restoring:)``.
+  /// this thread, for ``endWait(_:on:restoring:)``.
   static func beginWait(
     _ wait: BlockedWait, on thread: ThreadID, recheck: (() -> Bool)?
   ) -> BlockedWait? {
@@ -148,12 +149,14 @@ public enum DeadlockDetection {
     let (previous, cycle) = Registry.shared.withLock { registry in
       registry.beginWait(wait, on: thread, response: response)
     }
-    if let cycle, !(recheck?() ?? false) { cycle.handle(at: wait.site) }
+    cycle?.handle(at: wait.site, recheck: recheck)
     return previous
   }
 
-  /// Ends a wait, putting back the one it replaced.
-  static func endWait(on thread: ThreadID, restoring previous: BlockedWait?) {
+  /// Ends `wait`, putting back the one it replaced. Its end is marked first, before the lock
+  /// is taken (see ``WaitEnd``).
+  static func endWait(_ wait: BlockedWait, on thread: ThreadID, restoring previous: BlockedWait?) {
+    wait.end?.mark()
     Registry.shared.withLock { $0.endWait(on: thread, restoring: previous) }
   }
 }

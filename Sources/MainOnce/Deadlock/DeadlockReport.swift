@@ -58,7 +58,7 @@ extension DeadlockReport {
   /// without its call site, which the wait's own call names already.
   static func describe(_ object: WaitObject) -> String {
     switch object {
-    case .flight(let flight):
+    case .flight(let flight, _):
       if case .object(let typeName, _, _) = flight.label {
         "the \(flight.label.work) for the same \(typeName)"
       } else {

@@ -35,12 +35,12 @@ enum Servicing {
     _ blocked: BlockedWait, on thread: ThreadRecord,
     start: (@escaping @Sendable () -> Void) -> Void
   ) {
-    let desk = ServiceDesk()
+    let desk = ServiceDesk(end: blocked.end!)
     var blocked = blocked
     blocked.desk = desk
     serve(blocked, on: thread)
     let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: nil)
-    defer { DeadlockDetection.endWait(on: thread.id, restoring: previous) }
+    defer { DeadlockDetection.endWait(blocked, on: thread.id, restoring: previous) }
     start { desk.finish() }
     while true {
       serve(blocked, on: thread)
@@ -52,15 +52,19 @@ enum Servicing {
 
 /// Where a main-queue wait that serves initializers parks: woken when the wait ends, or when a
 /// worker closes a cycle through it.
-final class ServiceDesk: @unchecked Sendable {
-  // This is safe because `finished` is only read and written under the registry's lock.
+final class ServiceDesk: Sendable {
   private let parking = Parking()
-  @exclusivity(unchecked) private var finished = false
+  /// The end of the wait this desk serves.
+  private let end: WaitEnd
 
-  var isFinished: Bool { Registry.shared.withLock { _ in finished } }
+  init(end: WaitEnd) {
+    self.end = end
+  }
+
+  var isFinished: Bool { end.isMarked }
 
   func finish() {
-    Registry.shared.withLock { _ in finished = true }
+    end.mark()
     parking.signal()
   }
 
@@ -81,9 +85,10 @@ extension Registry {
       var found: Flight?
       forEachBlocker(of: wait, asker: thread, askerHoldsMainQueue: true) { blocker in
         guard visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
-          !next.hasDeadline
+          next.canBeInCycle
         else { return true }
-        if case .flight(let flight) = next.object, flight.awaitsMainQueue, !flight.queue.isEmpty {
+        if case .flight(let flight, _) = next.object, flight.awaitsMainQueue, !flight.queue.isEmpty
+        {
           found = flight
           return false
         }

@@ -80,20 +80,30 @@ enum ThreadSampler {
     return readings.suffix(3).allSatisfy { $0 == last } ? last : ThreadActivity(activity: .running)
   }
 
+  /// Whether `thread` is asleep right now: blocked, not running or runnable (state `S` or `D`
+  /// in `/proc/self/task/<tid>/stat`). `nil` where `/proc` does not say.
+  static func isAsleep(_ thread: ThreadID) -> Bool? {
+    state(of: thread).map { $0 == "S" || $0 == "D" }
+  }
+
   /// One reading of `thread`'s state.
   static func activity(of thread: ThreadID) -> ThreadActivity {
-    let directory = "/proc/self/task/\(thread.rawValue)"
-    guard let stat = contents(of: directory + "/stat"),
-      let state = stat.split(separator: ")").last?.split(separator: " ").first?.first
-    else { return ThreadActivity(activity: .unknown) }
+    guard let state = state(of: thread) else { return ThreadActivity(activity: .unknown) }
     if state == "R" { return ThreadActivity(activity: .running) }
-    guard let syscall = contents(of: directory + "/syscall") else {
+    guard let syscall = contents(of: "/proc/self/task/\(thread.rawValue)/syscall") else {
       return ThreadActivity(activity: .unknown)
     }
     if syscall.hasPrefix("running") { return ThreadActivity(activity: .running) }
     guard let number = syscall.split(separator: " ").first.flatMap({ Int($0) }), number >= 0
     else { return ThreadActivity(activity: .unknown) }
     return ThreadActivity(activity: SystemCall.activity(number))
+  }
+
+  /// The one-letter state in `/proc/self/task/<tid>/stat`: `R` running or runnable, `S` and `D`
+  /// asleep, and others.
+  private static func state(of thread: ThreadID) -> Character? {
+    contents(of: "/proc/self/task/\(thread.rawValue)/stat")?
+      .split(separator: ")").last?.split(separator: " ").first?.first
   }
 
   private static func contents(of path: String) -> String? {

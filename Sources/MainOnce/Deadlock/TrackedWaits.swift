@@ -213,7 +213,7 @@ func trackingWait<Result, Failure: Error>(
     Servicing.serve(blocked, on: thread)
   }
   let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: recheck)
-  defer { DeadlockDetection.endWait(on: thread.id, restoring: previous) }
+  defer { DeadlockDetection.endWait(blocked, on: thread.id, restoring: previous) }
   return try wait()
 }
 

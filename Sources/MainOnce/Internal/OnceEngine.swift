@@ -83,7 +83,7 @@ enum OnceEngine {
         waiter.delivery = .parked(parking)
         registry.enqueue(waiter, in: flight)
         let (previous, cycle) = registry.beginWait(
-          for: flight, site: site, on: thread.id, detection: detection)
+          for: flight, as: waiter, on: thread.id, detection: detection)
         return .park(flight, parking, previous: previous, cycle: cycle, hop: claimHop(for: flight))
       }
       while true {
