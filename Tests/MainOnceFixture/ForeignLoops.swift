@@ -24,6 +24,9 @@ enum ForeignLoop: String, CaseIterable {
   case stopsDraining
   /// The descriptor is asked for before `dispatchMain()`: it must still be valid after it.
   case descriptorLifetime
+  /// Work makes the descriptor readable; `drain()` runs it and resets the descriptor, so that a
+  /// level-triggered loop does not spin.
+  case drainResets
 
   enum Values {
     static let stack = MainLazy { MainThreadCheck(requiringMainThread: true) }
@@ -34,6 +37,7 @@ enum ForeignLoop: String, CaseIterable {
     switch self {
     case .stopsDraining: stopDraining()
     case .descriptorLifetime: checkDescriptorLifetime()
+    case .drainResets: checkDrainResets()
     case .poll, .glib: break
     }
     let glib = self == .glib ? GLib.load() : nil
@@ -102,6 +106,25 @@ enum ForeignLoop: String, CaseIterable {
       exit(valid ? 0 : 1)
     }
     dispatchMain()
+  }
+
+  private func checkDrainResets() -> Never {
+    var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
+    func readable() -> Bool {
+      events[0].revents = 0
+      return Glibc.poll(&events, 1, 0) == 1 && events[0].revents & Int16(POLLIN) != 0
+    }
+    let ran = Locked(false)
+    DispatchQueue.main.async { ran.withLock { $0 = true } }
+    let before = readable()
+    MainQueueDriver.drain()
+    let after = readable()
+    let didRun = ran.withLock { $0 }
+    let passed = before && didRun && !after
+    print(
+      "\(passed ? "PASS" : "FAIL") readableWithWork=\(before) ran=\(didRun)"
+        + " readableAfterDrain=\(after)")
+    exit(passed ? 0 : 1)
   }
 
   enum Tokens {

@@ -25,6 +25,12 @@ enum ServiceScenario: String, CaseIterable {
   /// Main-queue code blocks in `withTrackedWait` first, which cannot be interrupted; then the
   /// worker blocks in `onceOnMain`.
   case uninterruptible
+  /// The worker blocks in `onceOnMain` first; then main-queue code waits for it in
+  /// `withTrackedWait`, which serves the initializer before it blocks.
+  case trackedWaitWorkerFirst
+  /// The worker blocks in `onceOnMain` inside a serial queue's `sync`; then main-queue code
+  /// calls `trackedSync` on that queue, which serves the initializer before it blocks.
+  case trackedSyncWorkerFirst
 
   enum Tokens {
     static let token = MainOnceToken("service scenario")
@@ -119,6 +125,25 @@ enum ServiceScenario: String, CaseIterable {
         }
         withTrackedWait(for: worker) { done.wait() }
         record.finish("the cycle went unnoticed")
+      case .trackedWaitWorkerFirst:
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+          done.signal()
+        }.start()
+        usleep(200_000)  // the worker waits for the initializer by now
+        record.waitBegins()
+        withTrackedWait(for: worker) { done.wait() }
+        record.finish("the wait ended")
+      case .trackedSyncWorkerFirst:
+        let queue = DispatchQueue(label: "service.serial")
+        Thread {
+          queue.sync { onceOnMain(token: Tokens.token) { record.ran() } }
+        }.start()
+        usleep(200_000)  // the worker waits for the initializer, inside the queue, by now
+        record.waitBegins()
+        queue.trackedSync {}
+        record.finish("the wait ended")
       }
     }
     dispatchMain()

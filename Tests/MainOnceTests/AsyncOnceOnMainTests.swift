@@ -18,6 +18,7 @@ struct AsyncOnceOnMainTests {
     static let cancellation = MainOnceToken("cancellation")
     static let retries = MainOnceToken("async retries")
     static let cancelledBeforeAsking = MainOnceToken("cancelled before asking")
+    static let doneThenCancelled = MainOnceToken("done, then called by a cancelled task")
   }
 
   @Test("async tasks and blocking threads racing on one token run the initializer once")
@@ -135,6 +136,18 @@ struct AsyncOnceOnMainTests {
       }
     }
     #expect(attempts.recorded == [0, 1, 2, 3])
+  }
+
+  @Test("a done token returns at once, also to a cancelled task")
+  func doneTokenIgnoresCancellation() async throws {
+    try await withinTimeLimit { try await onceOnMain(token: Tokens.doneThenCancelled) {} }
+    let caller = Task.detached {
+      withUnsafeCurrentTask { $0?.cancel() }
+      try await onceOnMain(token: Tokens.doneThenCancelled) {
+        Issue.record("the initializer ran again")
+      }
+    }
+    await #expect(throws: Never.self) { try await withinTimeLimit { try await caller.value } }
   }
 
   @Test("a task cancelled before it calls ends with CancellationError at once, and never runs")

@@ -55,6 +55,14 @@ struct MainQueueDriverTests {
     #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
   }
 
+  @Test("drain() runs the pending work and resets the descriptor, so that a loop does not spin")
+  func drainResetsTheDescriptor() async throws {
+    let outcome = try await FixtureProcess.run("MainOnceFixture", ["foreignLoop", "drainResets"])
+    #expect(
+      outcome.verdict == "PASS readableWithWork=true ran=true readableAfterDrain=false",
+      "\(outcome.standardError)")
+  }
+
   @Test("drain() off the main thread stops with a message that names the call site and the rule")
   func drainOffTheMainThread() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

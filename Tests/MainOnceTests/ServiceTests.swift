@@ -22,6 +22,17 @@ struct ServiceTests {
     #expect(!outcome.standardError.contains("deadlock detected"))
   }
 
+  @Test(
+    "withTrackedWait and trackedSync in main-queue code run the initializer in the way before they block",
+    arguments: ["trackedWaitWorkerFirst", "trackedSyncWorkerFirst"])
+  func trackedWaitsServeBeforeBlocking(_ scenario: String) async throws {
+    let outcome = try await run(scenario)
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(
+      outcome.verdict == "PASS the wait ended runs=1 insideTheWait=1 inMainContext=1 done=true")
+    #expect(!outcome.standardError.contains("deadlock detected"))
+  }
+
   @Test("an initializer that throws while serviced throws to its own caller")
   func throwingInitializer() async throws {
     let outcome = try await run("throwingInitializer")

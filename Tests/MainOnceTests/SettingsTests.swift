@@ -74,6 +74,13 @@ struct SettingsTests {
     #expect(elsewhere.contains("dispatchMain() or RunLoop.main.run()"))
   }
 
+  @Test("the deadlock responses are named as MAINONCE_DEADLOCK spells them")
+  func responseNames() {
+    #expect(
+      DeadlockDetection.Response.allCases.map(\.rawValue) == ["abort", "report", "off", "service"])
+    #expect(DeadlockDetection.Response(rawValue: "off") == .off)
+  }
+
   @Test("in this process the layout self-test passes and main context is exact")
   func selfTestPassesHere() {
     #expect(MainContext.isExact)
