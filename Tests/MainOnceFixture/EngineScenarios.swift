@@ -25,6 +25,12 @@ enum EngineScenario: String, CaseIterable {
   /// at the reused address, and that initializer then throws: a completion caller queued
   /// behind it must still get its answer, and a later blocking caller must not hang.
   case staleHopNegativeCount
+  /// A worker's hop is queued; main-thread code then runs the token in place, which runs the
+  /// worker's initializer first, and that initializer serves the main queue from a nested run
+  /// loop: the worker's own hop arrives while its flight's runner is this very thread. Both
+  /// initializers throw, so the flight ends with nobody running it and nobody queued: a later
+  /// caller must still get a hop, and run.
+  case nestedRunLoopServesPendingHop
   /// Completion handlers are submitted while the initialization finishes; the first handler
   /// releases the token's owner and allocates new owners until one has the freed address. That
   /// new owner's fresh token must not read as done.
@@ -64,6 +70,9 @@ enum EngineScenario: String, CaseIterable {
       // initializer serves it.
       Watchdog.start(seconds: 15)
       runStaleHopNegativeCount(driver: driver)
+    case .nestedRunLoopServesPendingHop:
+      Watchdog.start(seconds: 15)
+      runNestedRunLoopServesPendingHop(driver: driver)
     default:
       break
     }
@@ -81,7 +90,8 @@ enum EngineScenario: String, CaseIterable {
       case .fallbackRunOnceNestingAlone:
         startOffMain { runFallbackRunOnceNesting(mainCaller: false) }
       case .asyncCancellationStorm: startOffMain(runAsyncCancellationStorm)
-      case .stress, .staleHopNegativeCount: fatalError("started above")
+      case .stress, .staleHopNegativeCount, .nestedRunLoopServesPendingHop:
+        fatalError("started above")
       }
     }
     serveMainQueue(with: driver)
@@ -336,6 +346,56 @@ private func runStaleHopNegativeCount(driver: Driver) -> Never {
     verdict(
       answered && laterReturned && tally["completionCallerRuns"] + tally["laterRuns"] == 1
         && tally["firstRuns"] == 1,
+      tally.summary)
+  }
+  serveMainQueue(with: driver)
+}
+
+/// Runs at top level on the main thread, then serves the main queue with `driver`.
+private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
+  let tally = Tally()
+  let owner = TokenOwner()
+  let workerReturned = DispatchSemaphore(value: 0)
+  Thread {
+    do {
+      // Queued first, with a hop on its way; run by the main thread's in-place call below.
+      try onceOnMain(token: owner.token) { () throws(Boom) in
+        tally.add("workerRuns")
+        // Queued behind the worker's hop: once this has run, so has the hop (FIFO).
+        DispatchQueue.main.async { tally.add("markerRuns") }
+        RunLoop.main.run(until: Date(timeIntervalSinceNow: 0.2))
+        throw Boom()
+      }
+    } catch {
+      tally.add("workerThrew")
+    }
+    workerReturned.signal()
+  }.start()
+  usleep(200_000)  // the worker is parked, its hop queued on the main queue
+  do {
+    // In place: runs the worker's initializer, then this one.
+    try onceOnMain(token: owner.token) { () throws(Boom) in
+      tally.add("mainRuns")
+      throw Boom()
+    }
+  } catch {
+    tally.add("mainThrew")
+  }
+  DispatchQueue.global().async {
+    let workerDone = workerReturned.wait(timeout: .now() + 3) == .success
+    tally.set("workerReturned", workerDone ? 1 : 0)
+    // The flight has nobody running and nobody queued: a later caller needs a hop of its own.
+    let later = DispatchSemaphore(value: 0)
+    Thread {
+      onceOnMain(token: owner.token) { tally.add("laterRuns") }
+      later.signal()
+    }.start()
+    let laterReturned = later.wait(timeout: .now() + 3) == .success
+    tally.set("laterCallerReturned", laterReturned ? 1 : 0)
+    verdict(
+      workerDone && laterReturned && tally["workerRuns"] == 1 && tally["workerThrew"] == 1
+        && tally["mainRuns"] == 1 && tally["mainThrew"] == 1 && tally["markerRuns"] == 1
+        && tally["laterRuns"] == 1,
       tally.summary)
   }
   serveMainQueue(with: driver)

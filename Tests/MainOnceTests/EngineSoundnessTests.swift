@@ -71,6 +71,13 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
+  @Test(
+    "a hop served by a run loop nested in its own flight's in-place initializer leaves the flight able to hop again",
+    arguments: cases("nestedRunLoopServesPendingHop"))
+  func nestedRunLoopServesPendingHop(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
   // MARK: Bug 2: writes after the owner is gone
 
   @Test(
