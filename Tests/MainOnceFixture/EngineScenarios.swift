@@ -335,20 +335,26 @@ private func runStaleHopNegativeCount(driver: Driver) -> Never {
   DispatchQueue.global().async {
     let answered = completed.wait(timeout: .now() + 3) == .success
     tally.set("completionAnswered", answered ? 1 : 0)
-    // A later blocking caller, bounded.
-    let later = DispatchSemaphore(value: 0)
-    Thread {
-      onceOnMain(token: fresh.token) { tally.add("laterRuns") }
-      later.signal()
-    }.start()
-    let laterReturned = later.wait(timeout: .now() + 3) == .success
-    tally.set("laterCallerReturned", laterReturned ? 1 : 0)
+    let laterReturned = laterCallerReturns(for: fresh, tally)
     verdict(
       answered && laterReturned && tally["completionCallerRuns"] + tally["laterRuns"] == 1
         && tally["firstRuns"] == 1,
       tally.summary)
   }
   serveMainQueue(with: driver)
+}
+
+/// Whether a later blocking caller of `owner`'s token returns within 3 s; its initializer counts
+/// `laterRuns`, and the answer is recorded as `laterCallerReturned`.
+private func laterCallerReturns(for owner: TokenOwner, _ tally: Tally) -> Bool {
+  let later = DispatchSemaphore(value: 0)
+  Thread {
+    onceOnMain(token: owner.token) { tally.add("laterRuns") }
+    later.signal()
+  }.start()
+  let returned = later.wait(timeout: .now() + 3) == .success
+  tally.set("laterCallerReturned", returned ? 1 : 0)
+  return returned
 }
 
 /// Runs at top level on the main thread, then serves the main queue with `driver`.
@@ -385,13 +391,7 @@ private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
     let workerDone = workerReturned.wait(timeout: .now() + 3) == .success
     tally.set("workerReturned", workerDone ? 1 : 0)
     // The flight has nobody running and nobody queued: a later caller needs a hop of its own.
-    let later = DispatchSemaphore(value: 0)
-    Thread {
-      onceOnMain(token: owner.token) { tally.add("laterRuns") }
-      later.signal()
-    }.start()
-    let laterReturned = later.wait(timeout: .now() + 3) == .success
-    tally.set("laterCallerReturned", laterReturned ? 1 : 0)
+    let laterReturned = laterCallerReturns(for: owner, tally)
     verdict(
       workerDone && laterReturned && tally["workerRuns"] == 1 && tally["workerThrew"] == 1
         && tally["mainRuns"] == 1 && tally["mainThrew"] == 1 && tally["markerRuns"] == 1

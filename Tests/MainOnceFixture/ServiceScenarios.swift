@@ -43,7 +43,7 @@ enum ServiceScenario: String, CaseIterable {
     let record = InitializerRecord()
     DispatchQueue.main.async {
       switch self {
-      case .workerFirst:
+      case .workerFirst, .trackedWaitWorkerFirst:
         let done = DispatchSemaphore(value: 0)
         Thread {
           worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
@@ -51,7 +51,11 @@ enum ServiceScenario: String, CaseIterable {
         }.start()
         usleep(200_000)  // the worker waits for the initializer by now
         record.waitBegins()
-        done.wait(for: worker)
+        if self == .workerFirst {
+          done.wait(for: worker)
+        } else {
+          withTrackedWait(for: worker) { done.wait() }
+        }
         record.finish("the wait ended")
       case .mainFirst, .fromEnvironment:
         let done = DispatchSemaphore(value: 0)
@@ -125,16 +129,6 @@ enum ServiceScenario: String, CaseIterable {
         }
         withTrackedWait(for: worker) { done.wait() }
         record.finish("the cycle went unnoticed")
-      case .trackedWaitWorkerFirst:
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
-          done.signal()
-        }.start()
-        usleep(200_000)  // the worker waits for the initializer by now
-        record.waitBegins()
-        withTrackedWait(for: worker) { done.wait() }
-        record.finish("the wait ended")
       case .trackedSyncWorkerFirst:
         let queue = DispatchQueue(label: "service.serial")
         Thread {

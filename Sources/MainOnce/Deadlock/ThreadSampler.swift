@@ -72,7 +72,7 @@ enum ThreadSampler {
     var readings: [ThreadActivity] = [activity(of: thread)]
     for _ in 0..<30 {
       if readings.count >= 3 && readings.suffix(3).allSatisfy({ $0 == readings.last }) { break }
-      usleep(30_000)
+      Platform.sleep(microseconds: 30_000)
       readings.append(activity(of: thread))
     }
     let last = readings.last!

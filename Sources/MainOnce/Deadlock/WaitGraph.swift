@@ -1,13 +1,5 @@
 internal import Synchronization
 
-#if canImport(Glibc)
-  internal import Glibc
-#elseif canImport(Musl)
-  internal import Musl
-#elseif canImport(Darwin)
-  internal import Darwin
-#endif
-
 /// What a blocked thread waits for.
 enum WaitObject {
   /// A cell's initializer, for the caller `Waiter`: running on some thread, or to be run by a
@@ -124,7 +116,7 @@ enum Cycle {
     var cycle = self
     for _ in 0..<Self.unsureLooks {
       guard case .unsure(let wait, let thread, let response) = cycle else { break }
-      usleep(1_000)
+      Platform.sleep(microseconds: 1_000)
       guard let again = Registry.shared.withLock({ $0.cycle(closedBy: wait, on: thread, response) })
       else { return }
       cycle = again

@@ -58,6 +58,11 @@ enum Platform {
     }
   }
 
+  /// Sleeps the calling thread.
+  static func sleep(microseconds: UInt32) {
+    usleep(microseconds)
+  }
+
   /// Monotonic time in nanoseconds.
   static func monotonicNanoseconds() -> UInt64 {
     var now = timespec()
