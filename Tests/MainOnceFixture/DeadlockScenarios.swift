@@ -13,9 +13,15 @@ enum DeadlockScenario: String, CaseIterable {
   /// Like `trackedCycleMainFirst`, but the main queue's thread computes for 60 ms inside its
   /// tracked wait before it blocks: the cycle is proven once it sleeps there.
   case trackedCycleMainRunsFirst
+  /// Like `trackedCycleMainRunsFirst`, but the work blocks first: the main queue's wait closes
+  /// the cycle while its thread computes, and proves it once that thread sleeps.
+  case trackedCycleMainRunsAndCloses
   /// Main-queue code computes for 400 ms inside a tracked wait for work that needs the main
   /// queue, then returns: a thread that never sleeps in its wait proves no cycle.
   case runningTrackedWait
+  /// Like `runningTrackedWait`, but the work blocks first, so the main queue's wait closes the
+  /// cycle.
+  case runningTrackedWaitCloses
   /// `DispatchQueue.main.trackedSync` from main-queue code.
   case mainQueueSyncFromMain
   /// Main-queue code blocks in a raw semaphore wait for 3 s while a thread waits for it.
@@ -111,13 +117,17 @@ enum DeadlockScenario: String, CaseIterable {
         done.wait(for: loader)
         finish("the cycle went unnoticed")
       }
-    case .trackedCycleMainRunsFirst, .runningTrackedWait:
+    case .trackedCycleMainRunsFirst, .trackedCycleMainRunsAndCloses, .runningTrackedWait,
+      .runningTrackedWaitCloses:
       let loader = WaitTarget.work("loader")
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { loader.perform { onceOnMain(token: Tokens.token) {} } }.start()
+        if self == .trackedCycleMainRunsAndCloses || self == .runningTrackedWaitCloses {
+          usleep(300_000)  // the worker is blocked in its hop by now
+        }
         withTrackedWait(for: loader) {
-          if self == .runningTrackedWait {
+          if self == .runningTrackedWait || self == .runningTrackedWaitCloses {
             compute(for: .milliseconds(400))
           } else {
             compute(for: .milliseconds(60))

@@ -15,6 +15,7 @@ struct DeadlockTests {
       ("trackedCycleWorkerFirst", "DispatchSemaphore.wait(for:)"),
       // Computes in its wait first: proven once it sleeps there.
       ("trackedCycleMainRunsFirst", "withTrackedWait(for:)"),
+      ("trackedCycleMainRunsAndCloses", "withTrackedWait(for:)"),
     ])
   func trackedCycle(_ scenario: String, _ operation: String) async throws {
     let outcome = try await run(scenario)
@@ -138,6 +139,8 @@ struct DeadlockTests {
       ("releasedTrackedWait", "PASS 400 rounds"),
       // The main queue's thread computes in its wait, and never sleeps there.
       ("runningTrackedWait", "PASS initializer ran: false"),
+      // The same, when the main queue's wait closes the cycle.
+      ("runningTrackedWaitCloses", "PASS initializer ran: false"),
     ])
   func waitsThatCanEndAreNoDeadlock(_ scenario: String, _ verdict: String) async throws {
     let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])

@@ -8,8 +8,9 @@ internal import Synchronization
 /// thread blocks, MainOnce checks whether the wait would close a cycle (the main queue waits for
 /// the caller while the caller waits for the main queue). Only a wait with no deadline counts,
 /// and another thread's tracked wait only while `/proc` says the thread sleeps in it (not one it
-/// has just been released from): such a cycle can never end, and by default MainOnce stops the
-/// process with a report that lists every edge.
+/// has just been released from), as does a ``withTrackedWait(for:file:line:_:)`` closure that
+/// closes a cycle (it may compute before it blocks): such a cycle can never end, and by default
+/// MainOnce stops the process with a report that lists every edge.
 ///
 /// Waits MainOnce cannot see, such as a raw `semaphore.wait()` on the main queue, are caught by
 /// a watchdog. When the callers of an initializer that runs in main context, in any form
@@ -142,6 +143,9 @@ public enum DeadlockDetection {
   /// Starts a tracked wait: records the wait, checks for a cycle, and reacts to a cycle unless
   /// `recheck` finds that the wait no longer needs to block. Returns the wait it replaces on
   /// this thread, for ``endWait(_:on:restoring:)``.
+  ///
+  /// A cycle closed by a wait that does not block on entry can be proven only once this thread
+  /// sleeps in it, so it is looked at from a thread of its own while this one goes on.
   static func beginWait(
     _ wait: BlockedWait, on thread: ThreadID, recheck: (() -> Bool)?
   ) -> BlockedWait? {
@@ -149,7 +153,12 @@ public enum DeadlockDetection {
     let (previous, cycle) = Registry.shared.withLock { registry in
       registry.beginWait(wait, on: thread, response: response)
     }
-    cycle?.handle(at: wait.site, recheck: recheck)
+    if wait.blocksOnEntry {
+      cycle?.handle(at: wait.site, recheck: recheck)
+    } else if let cycle {
+      // Should no thread start, the cycle goes unproven; the watchdog still reports the stall.
+      _ = Platform.startThread { cycle.handle(at: wait.site) }
+    }
     return previous
   }
 

@@ -5,9 +5,13 @@ public import Dispatch
 /// Before `wait` runs, MainOnce records that the calling thread waits for `target` and checks
 /// the wait-for graph. If `target` already waits, directly or through other threads, for the
 /// calling thread (for example a thread blocked in ``onceOnMain(token:file:line:_:)`` while the
-/// caller holds the main queue), the wait can never end: MainOnce stops the process with a
-/// report instead (see ``DeadlockDetection``). The same check runs, from the other side, when a
-/// thread blocks for the main queue while a tracked wait on the main queue waits for it.
+/// caller holds the main queue), the wait can never end once the calling thread sleeps in it:
+/// MainOnce stops the process with a report then (see ``DeadlockDetection``). Since `wait` may
+/// compute before it blocks, or return without blocking, the proof waits, for up to 100 ms on a
+/// thread of its own, until `/proc` says the calling thread sleeps in `wait`; `wait` runs
+/// meanwhile. A cycle not proven by then is left to the watchdog, which reports the stall. The
+/// same check runs, from the other side, when a thread blocks for the main queue while a
+/// tracked wait on the main queue waits for it.
 ///
 /// ```swift
 /// let indexer = WaitTarget.work("indexer")
@@ -35,7 +39,8 @@ public func withTrackedWait<Result, Failure: Error>(
   _ wait: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
   try trackingWait(
-    for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line), wait)
+    for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
+    blocksOnEntry: false, wait)
 }
 
 extension DispatchSemaphore {
@@ -196,19 +201,22 @@ extension DispatchQueue {
 /// A cycle is proven only for a wait that would block with no deadline. `recheck`, if given,
 /// tries to finish the wait without blocking; when a cycle is found it is tried once more, so
 /// that a signal that arrived meanwhile is not taken for a deadlock (`wait` must then return at
-/// once).
+/// once). `blocksOnEntry` says whether `wait` blocks as soon as it starts (see
+/// ``BlockedWait/blocksOnEntry``).
 func trackingWait<Result, Failure: Error>(
   for target: WaitTarget,
   operation: StaticString,
   site: CallSite,
   hasDeadline: Bool = false,
+  blocksOnEntry: Bool = true,
   recheck: (() -> Bool)? = nil,
   _ wait: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
   let thread = ThreadRecord.current
   let blocked = BlockedWait(
     object: .target(target), operation: operation, site: site,
-    holdsMainQueue: MainContext.isCurrent(on: thread), hasDeadline: hasDeadline)
+    holdsMainQueue: MainContext.isCurrent(on: thread), hasDeadline: hasDeadline,
+    blocksOnEntry: blocksOnEntry)
   if Servicing.applies(holdingMainQueue: blocked.holdsMainQueue) {
     Servicing.serve(blocked, on: thread)
   }

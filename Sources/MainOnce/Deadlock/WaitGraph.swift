@@ -1,7 +1,7 @@
 internal import Synchronization
 
 /// What a blocked thread waits for.
-enum WaitObject {
+enum WaitObject: Sendable {
   /// A cell's initializer, for the caller `Waiter`: running on some thread, or to be run by a
   /// hop to the main queue.
   case flight(Flight, Waiter)
@@ -21,7 +21,7 @@ final class WaitEnd: Sendable {
 }
 
 /// One edge of the wait-for graph: a thread blocked on something, from where.
-struct BlockedWait {
+struct BlockedWait: Sendable {
   let object: WaitObject
   let operation: StaticString
   /// Where the wait was called; for a ``MainLazy``, where it was declared.
@@ -33,6 +33,11 @@ struct BlockedWait {
   /// Whether the wait ends by itself at a deadline. Such a wait can be in a report, but never
   /// in a proof: it will end, and everything waiting on it can go on.
   let hasDeadline: Bool
+  /// Whether the thread goes straight from recording the wait into the blocking call: so for
+  /// every wait but ``withTrackedWait(for:file:line:_:)``, whose body may compute first, or
+  /// never block at all. A cycle that such a wait closes is proven only once its thread sleeps
+  /// in it, as for another thread's tracked wait.
+  let blocksOnEntry: Bool
   /// Set for a main-queue wait that serves initializers while it waits (the `service`
   /// policy): a cycle through it is broken by waking it, not reported.
   var desk: ServiceDesk?
@@ -42,7 +47,7 @@ struct BlockedWait {
 
   init(
     object: WaitObject, operation: StaticString, site: CallSite, siteIsCaller: Bool = true,
-    holdsMainQueue: Bool, hasDeadline: Bool = false
+    holdsMainQueue: Bool, hasDeadline: Bool = false, blocksOnEntry: Bool = true
   ) {
     self.object = object
     self.operation = operation
@@ -50,6 +55,7 @@ struct BlockedWait {
     self.siteIsCaller = siteIsCaller
     self.holdsMainQueue = holdsMainQueue
     self.hasDeadline = hasDeadline
+    self.blocksOnEntry = blocksOnEntry
     end = if case .target = object { WaitEnd() } else { nil }
   }
 
@@ -93,13 +99,14 @@ struct Blocker {
 }
 
 /// What to do about a cycle a wait closes.
-enum Cycle {
+enum Cycle: Sendable {
   /// Report it, and stop the process if the report says so.
   case report(DeadlockReport)
   /// A main-queue wait on the cycle serves initializers: wake it, and it runs the one in the way.
   case serviced(ServiceDesk)
   /// A thread on the cycle is in a tracked wait but not asleep in it: it may have been released
-  /// and not yet have removed the wait, or not yet be asleep. Look again.
+  /// and not yet have removed the wait, or not yet be asleep (the thread that closed the cycle,
+  /// if its wait does not block on entry). Look again.
   case unsure(BlockedWait, on: ThreadID, response: DeadlockDetection.Response)
 
   /// How long an unsure cycle is looked at again, a millisecond at a time, before it is taken
@@ -169,7 +176,10 @@ extension Registry {
     closedBy wait: BlockedWait, on thread: ThreadID, _ response: DeadlockDetection.Response
   ) -> Cycle? {
     guard let cycle = cycle(closedBy: wait, on: thread) else { return nil }
-    guard cycle.allSatisfy({ $0.waiter == thread || $0.wait.isSurelyBlocked(on: $0.waiter) })
+    guard
+      cycle.allSatisfy({
+        ($0.waiter == thread && $0.wait.blocksOnEntry) || $0.wait.isSurelyBlocked(on: $0.waiter)
+      })
     else { return .unsure(wait, on: thread, response: response) }
     guard response == .service else {
       return .report(DeadlockReport.cycle(cycle, stops: response != .report))

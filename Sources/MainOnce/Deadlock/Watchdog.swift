@@ -71,15 +71,12 @@ enum Watchdog {
   }
 
   private static func startThread() {
-    var thread = pthread_t()
-    let status = pthread_create(&thread, nil, { _ in Watchdog.run() }, nil)
-    guard status == 0 else {
+    let status = Platform.startThread { Watchdog.run() }
+    if status != 0 {
       Platform.writeToStandardError(
         "MainOnce: cannot start the deadlock watchdog (pthread_create: \(status)); stalls will not be reported\n"
       )
-      return
     }
-    pthread_detach(thread)
   }
 
   private static func run() -> Never {

@@ -58,6 +58,25 @@ enum Platform {
     }
   }
 
+  /// Starts a detached thread that runs `body`. Returns `pthread_create`'s status: 0 when the
+  /// thread started.
+  static func startThread(_ body: @escaping @Sendable () -> Void) -> Int32 {
+    let context = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+    var thread = pthread_t()
+    let status = pthread_create(
+      &thread, nil,
+      { context in
+        Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().body()
+        return nil
+      }, context)
+    guard status == 0 else {
+      Unmanaged<ThreadBody>.fromOpaque(context).release()
+      return status
+    }
+    pthread_detach(thread)
+    return 0
+  }
+
   /// Sleeps the calling thread.
   static func sleep(microseconds: UInt32) {
     usleep(microseconds)
@@ -69,4 +88,11 @@ enum Platform {
     clock_gettime(CLOCK_MONOTONIC, &now)
     return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
   }
+}
+
+/// What a thread started by ``Platform/startThread(_:)`` runs, boxed to pass through `pthread_create`.
+private final class ThreadBody: Sendable {
+  let body: @Sendable () -> Void
+
+  init(_ body: @escaping @Sendable () -> Void) { self.body = body }
 }
