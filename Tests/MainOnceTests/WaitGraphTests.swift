@@ -13,16 +13,8 @@ struct WaitGraphTests {
   func resolvedFlightWait() async {
     let outcome = await onThread { () -> (before: Bool, after: Bool) in
       let me = ThreadRecord.current.id
-      let other = ThreadID(rawValue: Int32.max)
       // `other` waits for an initializer that this thread runs; this thread waits for `other`.
-      let flight = Flight(label: .token(name: "graph", declaration: site), policy: .callingThread)
-      flight.runner = Runner(thread: me, site: site)
-      let waiter = Waiter(site: site, thread: other, attempt: nil, delivery: .inPlace)
-      flight.queue = [waiter]
-      var registry = Registry()
-      registry.waits[other] = BlockedWait(
-        object: .flight(flight, waiter), operation: "onceOnMain(token:)", site: site,
-        holdsMainQueue: false)
+      var (registry, other, waiter) = Registry.withFlightWait(runBy: me)
       let mine = BlockedWait(
         object: .target(WaitTarget(kind: .thread(other))), operation: "test", site: site,
         holdsMainQueue: false)
@@ -34,6 +26,25 @@ struct WaitGraphTests {
     }
     #expect(outcome?.before == true)
     #expect(outcome?.after == true)
+  }
+
+  @Test(
+    "the wait that closes a cycle counts as blocked only if it blocks on entry, unlike withTrackedWait"
+  )
+  func closingWaitThatComputesFirst() async {
+    let outcome = await onThread { () -> [String] in
+      let me = ThreadRecord.current.id
+      // `other` waits for an initializer that this thread runs; this thread, running, is about
+      // to wait for `other`.
+      let (registry, other, _) = Registry.withFlightWait(runBy: me)
+      return [true, false].map { blocksOnEntry in
+        let mine = BlockedWait(
+          object: .target(WaitTarget(kind: .thread(other))), operation: "test", site: site,
+          holdsMainQueue: false, blocksOnEntry: blocksOnEntry)
+        return "\(blocksOnEntry): \(registry.cycle(closedBy: mine, on: me, .abort).verdict)"
+      }
+    }
+    #expect(outcome == ["true: report", "false: unsure"])
   }
 
   @Test("another thread's tracked wait proves a cycle only while the thread sleeps in it")
@@ -74,6 +85,25 @@ struct WaitGraphTests {
 }
 
 private let site = CallSite(file: #fileID, line: #line)
+
+extension Registry {
+  /// A registry in which a thread of no process, `other`, is blocked for an initializer that
+  /// `runner` runs, as `waiter`.
+  fileprivate static func withFlightWait(runBy runner: ThreadID) -> (
+    Registry, other: ThreadID, waiter: Waiter
+  ) {
+    let other = ThreadID(rawValue: Int32.max)
+    let flight = Flight(label: .token(name: "graph", declaration: site), policy: .callingThread)
+    flight.runner = Runner(thread: runner, site: site)
+    let waiter = Waiter(site: site, thread: other, attempt: nil, delivery: .inPlace)
+    flight.queue = [waiter]
+    var registry = Registry()
+    registry.waits[other] = BlockedWait(
+      object: .flight(flight, waiter), operation: "onceOnMain(token:)", site: site,
+      holdsMainQueue: false)
+    return (registry, other, waiter)
+  }
+}
 
 extension Deliveries {
   /// Resolves `waiter` as a finishing flight does, without waking anything.
