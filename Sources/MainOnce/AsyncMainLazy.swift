@@ -18,7 +18,8 @@ internal import Dispatch
 /// - Once built, ``value`` is one acquiring load and one load: no lock, no hop, no suspension.
 ///
 /// A caller whose task is cancelled while it waits stops waiting with `CancellationError`; the
-/// build goes on for the others.
+/// build goes on for the others. A build that succeeds is kept even if every caller waiting
+/// for it was cancelled: the next access returns its value without building again.
 ///
 /// Unlike ``MainLazy``, this is a class (its build outlives any one caller), so a `static let`
 /// of it costs a lazy-global check on access.
@@ -51,9 +52,9 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   }
 
   deinit {
-    // A build holds `self` until it ends, so none is running. Its value may not have been
-    // published if every caller waiting for it was cancelled.
-    if let built = UnsafeMutablePointer<Value>(bitPattern: _storage.builtValue()) {
+    // A build holds `self` until it ends, and publishes its value, so none is running and any
+    // value built is published.
+    if let built = UnsafeMutablePointer<Value>(bitPattern: _storage.published) {
       built.deinitialize(count: 1)
       built.deallocate()
     }
@@ -129,7 +130,14 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     } catch {
       result = .failure(error)
     }
-    Registry.shared.withLock { registry in registry.finishBuild(flight, with: result) }.deliver()
+    // This method borrows `self`, which the build's task holds: the storage is in place, and the
+    // value is published here, also when every caller has been cancelled.
+    let storage = _storage.cell(label: label).storage
+    Registry.shared.withLock { registry in
+      let deliveries = registry.finishBuild(flight, with: result)
+      _ = Cell.publishIfFinished(storage)
+      return deliveries
+    }.deliver()
   }
 }
 

@@ -78,6 +78,31 @@ struct AsyncMainLazyTests {
     #expect(script.builds.count == 1)
   }
 
+  @Test("a build whose callers were all cancelled is kept, published as it ends")
+  func buildOutlivesItsCallers() async throws {
+    let script = BuildScript([.success(11)])
+    let lazy = AsyncMainLazy { try await script.build() }
+    let caller = Task { try await lazy.value }
+    try await Task.sleep(for: .milliseconds(50))
+    caller.cancel()
+    await #expect(throws: CancellationError.self) {
+      try await withinTimeLimit { try await caller.value }
+    }
+    script.finishBuild()
+    // No caller is left to publish the value: the build does, for the fast path to find.
+    let published = await onThread { () -> Bool in
+      let deadline = DispatchTime.now() + 5
+      while !lazy._storage.isPublished {
+        if DispatchTime.now() > deadline { return false }
+        usleep(1_000)
+      }
+      return true
+    }
+    #expect(published == true, "not published 5 s after the build ended")
+    #expect(try await withinTimeLimit { try await lazy.value } == 11)
+    #expect(script.builds.count == 1)
+  }
+
   @Test("a caller that is cancelled before it asks does not start a build")
   func cancelledBeforeAsking() async throws {
     let script = BuildScript([.success(10)])

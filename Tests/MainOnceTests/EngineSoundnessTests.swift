@@ -289,7 +289,8 @@ struct EngineSoundnessInProcessTests {
       }
     }
     #expect(values + cancellations == callers.count)
-    // Nothing is kept for the callers: the build's flight has ended, and is no longer attached.
+    // Nothing is kept for the callers: the build's flight has ended, and is no longer attached
+    // (the build published its value, even if every caller was cancelled first).
     let (activeFlights, attached) = Registry.shared.withLock { registry in
       (
         registry.activeFlights.values.filter {
@@ -300,7 +301,10 @@ struct EngineSoundnessInProcessTests {
       )
     }
     #expect(activeFlights == 0)
-    #expect(attached == 0, "the build's flight is still attached")
+    #expect(
+      attached == 0,
+      "the build's flight is still attached (\(values) callers got the value, \(cancellations) were cancelled)"
+    )
   }
 }
 
