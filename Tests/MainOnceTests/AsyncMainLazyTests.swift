@@ -68,11 +68,7 @@ struct AsyncMainLazyTests {
     let lazy = AsyncMainLazy { try await script.build() }
     let cancelled = Task { try await lazy.value }
     let patient = Task { try await lazy.value }
-    try await Task.sleep(for: .milliseconds(50))
-    cancelled.cancel()
-    await #expect(throws: CancellationError.self) {
-      try await withinTimeLimit { try await cancelled.value }
-    }
+    try await cancelWhileBuilding(cancelled)
     script.finishBuild()
     #expect(try await withinTimeLimit { try await patient.value } == 9)
     #expect(script.builds.count == 1)
@@ -82,12 +78,7 @@ struct AsyncMainLazyTests {
   func buildOutlivesItsCallers() async throws {
     let script = BuildScript([.success(11)])
     let lazy = AsyncMainLazy { try await script.build() }
-    let caller = Task { try await lazy.value }
-    try await Task.sleep(for: .milliseconds(50))
-    caller.cancel()
-    await #expect(throws: CancellationError.self) {
-      try await withinTimeLimit { try await caller.value }
-    }
+    try await cancelWhileBuilding(Task { try await lazy.value })
     script.finishBuild()
     // No caller is left to publish the value: the build does, for the fast path to find.
     let published = await onThread { () -> Bool in
@@ -115,5 +106,17 @@ struct AsyncMainLazyTests {
       try await withinTimeLimit { try await caller.value }
     }
     #expect(script.builds.count == 0)
+  }
+}
+
+/// Cancels `caller` once the build it joined is under way; it must stop with
+/// `CancellationError` while the build goes on.
+private func cancelWhileBuilding(
+  _ caller: Task<Int, any Error>, sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+  try await Task.sleep(for: .milliseconds(50))
+  caller.cancel()
+  await #expect(throws: CancellationError.self, sourceLocation: sourceLocation) {
+    try await withinTimeLimit { try await caller.value }
   }
 }
