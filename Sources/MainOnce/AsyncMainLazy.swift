@@ -84,25 +84,10 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   func _buildOrJoin() async throws -> Value {
     // `self` is retained for the length of the call, and its storage with it.
     let cell = _storage.cell(label: label)
-    // This is safe because the task reference is only compared, never used to reach the task,
-    // and this task is alive while it is compared: it is the caller's own.
-    let task = withUnsafeCurrentTask { $0 }
     let waiter = Waiter(site: declaration, attempt: nil, delivery: .task(nil))
-    let resolution = await OnceEngine.suspend(
+    try await OnceEngine.suspend(
       waiter, for: cell, policy: .mainActorTask,
-      check: { flight in
-        guard let runner = flight.runner, runner.task != nil, runner.task == task else { return }
-        Diagnostics.fail(
-          """
-          MainOnce: \(label) awaited its own value while building it: the builder cannot \
-          finish until that await returns. Don't await an AsyncMainLazy's value from inside \
-          its own builder.
-          """,
-          at: declaration)
-      },
       start: { flight in Task { @MainActor in await self.runBuild(for: flight) } })
-    try resolution.endAsyncWait()
-    cell.settle()
     return UnsafePointer<Value>(bitPattern: _storage.published).unsafelyUnwrapped.pointee
   }
 
@@ -119,20 +104,16 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     }
     let result: Result<UInt, any Error>
     do {
+      let value = try await build()
       let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-      do {
-        built.initialize(to: try await build())
-      } catch {
-        built.deallocate()
-        throw error
-      }
+      built.initialize(to: value)
       result = .success(UInt(bitPattern: built))
     } catch {
       result = .failure(error)
     }
     // This method borrows `self`, which the build's task holds: the storage is in place, and the
     // value is published here, also when every caller has been cancelled.
-    let storage = _storage.cell(label: label).storage
+    let storage = _storage.address
     Registry.shared.withLock { registry in
       let deliveries = registry.finishBuild(flight, with: result)
       _ = Cell.publishIfFinished(storage)

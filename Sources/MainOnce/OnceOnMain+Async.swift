@@ -72,9 +72,7 @@ func _onceOnMainAsyncSlowPath(
       try runTokenInitializer(initializer)
     }
   }
-  let resolution = await OnceEngine.suspend(cell, site: site) {
+  try await OnceEngine.suspend(cell, site: site) {
     OnceEngine.erase { try runTokenInitializer(initializer) }
   }
-  try resolution.endAsyncWait()
-  cell.settle()
 }

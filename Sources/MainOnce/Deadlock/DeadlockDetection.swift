@@ -118,15 +118,13 @@ public enum DeadlockDetection {
   /// hop) to a day.
   static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
 
-  /// The settings in force, read with relaxed loads on the slow paths that need them.
+  /// The watchdog's settings in force, read with relaxed loads once per round.
   struct Snapshot {
-    let cycleResponse: Response
     let stallResponse: Response
     let stallTimeoutNanoseconds: UInt64
 
     static var current: Snapshot {
       Snapshot(
-        cycleResponse: DeadlockDetection.cycleResponse,
         stallResponse: DeadlockDetection.stallResponse,
         stallTimeoutNanoseconds: DeadlockDetection.stallTimeoutNanoseconds.load(ordering: .relaxed)
       )

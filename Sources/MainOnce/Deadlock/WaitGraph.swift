@@ -158,15 +158,15 @@ extension Registry {
   }
 
   /// Records that `thread` is about to block until `waiter`'s flight has run an initializer,
-  /// checking for a cycle as `detection` says.
+  /// checking for a cycle as `response` says.
   mutating func beginWait(
     for flight: Flight, as waiter: Waiter, on thread: ThreadID,
-    detection: DeadlockDetection.Snapshot
+    response: DeadlockDetection.Response
   ) -> (previous: BlockedWait?, cycle: Cycle?) {
     let wait = BlockedWait(
       object: .flight(flight, waiter), operation: flight.label.operation, site: waiter.site,
       siteIsCaller: flight.label.hasCallSites, holdsMainQueue: false)
-    return beginWait(wait, on: thread, response: detection.cycleResponse)
+    return beginWait(wait, on: thread, response: response)
   }
 
   /// What to do about the cycle that `thread`'s recorded `wait` closes, as `response` says:

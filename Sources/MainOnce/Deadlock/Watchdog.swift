@@ -1,13 +1,5 @@
 internal import Dispatch
 
-#if canImport(Glibc)
-  internal import Glibc
-#elseif canImport(Musl)
-  internal import Musl
-#elseif canImport(Darwin)
-  internal import Darwin
-#endif
-
 /// The watchdog thread's bookkeeping, kept in the ``Registry``.
 struct WatchdogState {
   var isStarted = false

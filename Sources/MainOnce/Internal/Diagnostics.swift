@@ -4,13 +4,23 @@
 enum Diagnostics {
   /// An initializer reached its own cell again: it waits for itself.
   static func reentrance(_ label: CellLabel, firstCall: CallSite, secondCall: CallSite) -> Never {
-    if case .lazy = label {
+    switch label {
+    case .lazy:
       fail(
         """
         MainOnce: \(label) read its own value while building it: the builder cannot finish \
         until that read returns. Don't read a MainLazy's value from inside its own builder.
         """,
         at: secondCall)
+    case .asyncLazy:
+      fail(
+        """
+        MainOnce: \(label) awaited its own value while building it: the builder cannot \
+        finish until that await returns. Don't await an AsyncMainLazy's value from inside \
+        its own builder.
+        """,
+        at: secondCall)
+    case .token, .object: break
     }
     fail(
       """

@@ -112,7 +112,7 @@ enum Resolution {
 }
 
 extension Resolution {
-  /// Ends an async caller's wait: returns if the cell is done (the caller publishes it next);
+  /// Ends an async caller's wait: returns if the cell is done;
   /// throws the caller's own initializer's error, or `CancellationError`, otherwise.
   func endAsyncWait() throws {
     switch self {

@@ -54,7 +54,7 @@ enum OnceEngine {
   ) throws(Failure) {
     let thread = ThreadRecord.current
     let drives = policy == .mainQueue && MainContext.isCurrent(on: thread)
-    let detection = DeadlockDetection.Snapshot.current
+    let cycleResponse = DeadlockDetection.cycleResponse
     // The initializer is queued in the flight only while this call waits for it, and every
     // reference to it is dropped before this call is told its resolution (see `runAttempt`
     // and `Deliveries.resolve`), so it does not outlive this call: `withoutActuallyEscaping`
@@ -83,7 +83,7 @@ enum OnceEngine {
         waiter.delivery = .parked(parking)
         registry.enqueue(waiter, in: flight)
         let (previous, cycle) = registry.beginWait(
-          for: flight, as: waiter, on: thread.id, detection: detection)
+          for: flight, as: waiter, on: thread.id, response: cycleResponse)
         return .park(flight, parking, previous: previous, cycle: cycle, hop: claimHop(for: flight))
       }
       while true {
@@ -131,33 +131,37 @@ enum OnceEngine {
 
   /// Queues `attempt` for `cell` and suspends until the cell is done, the attempt has run, or
   /// the task is cancelled before the attempt started. Never blocks a thread. The caller must
-  /// not be in main context (it would wait for itself), and publishes the cell on `.done`.
-  static func suspend(_ cell: Cell, site: CallSite, attempt: @escaping Attempt) async
-    -> Resolution
-  {
-    await suspend(
+  /// not be in main context (it would wait for itself).
+  static func suspend(_ cell: Cell, site: CallSite, attempt: @escaping Attempt) async throws {
+    try await suspend(
       Waiter(site: site, attempt: attempt, delivery: .task(nil)), for: cell, policy: .mainQueue,
       start: sendHop)
   }
 
   /// Queues `waiter`, a task's, in `cell`'s flight and suspends until it is resolved: the cell
-  /// is done, its attempt has run, or the task was cancelled first (then it is withdrawn, and
-  /// resolved as cancelled, wherever it is: not queued yet, queued, or resolved already).
+  /// is done (then this publishes it), its attempt has run, or the task was cancelled first
+  /// (then it is withdrawn, and resolved as cancelled, wherever it is: not queued yet, queued,
+  /// or resolved already). Throws the error of the caller's own attempt, or
+  /// `CancellationError`.
   ///
-  /// `check` sees the flight under the lock before the waiter joins it. `start` gets the flight
-  /// after the lock is released when this caller has claimed its start (see
-  /// ``claimHop(for:)``): it sends the hop, or starts the `AsyncMainLazy` build.
+  /// A task that awaits the flight its own `AsyncMainLazy` build runs stops with a message
+  /// instead. `start` gets the flight after the lock is released when this caller has claimed
+  /// its start (see ``claimHop(for:)``): it sends the hop, or starts the `AsyncMainLazy` build.
   static func suspend(
-    _ waiter: Waiter, for cell: Cell, policy: Policy, check: (Flight) -> Void = { _ in },
-    start: (Flight) -> Void
-  ) async -> Resolution {
-    await withTaskCancellationHandler {
+    _ waiter: Waiter, for cell: Cell, policy: Policy, start: (Flight) -> Void
+  ) async throws {
+    // This is safe because the task reference is only compared, never used to reach the task,
+    // and this task is alive while it is compared: it is the caller's own.
+    let task = withUnsafeCurrentTask { $0 }
+    let resolution = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
         let (now, starts) = Registry.shared.withLock { registry -> (Resolution?, Flight?) in
           // Cancelled before it got here: `withdraw` has resolved it already.
           if let resolution = waiter.resolution { return (resolution, nil) }
           guard let flight = cell.flight(policy: policy) else { return (.done, nil) }
-          check(flight)
+          if let runner = flight.runner, let running = runner.task, running == task {
+            Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: waiter.site)
+          }
           waiter.delivery = .task(continuation)
           registry.enqueue(waiter, in: flight)
           return (nil, claimHop(for: flight) ? flight : nil)
@@ -168,6 +172,8 @@ enum OnceEngine {
     } onCancel: {
       Registry.shared.withLock { $0.withdraw(waiter) }.deliver()
     }
+    try resolution.endAsyncWait()
+    cell.settle()
   }
 
   /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.

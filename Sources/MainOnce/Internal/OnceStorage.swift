@@ -68,7 +68,7 @@ struct _OnceStorage: ~Copyable, Sendable {
   /// holds `Atomic`s, which have raw layout: a borrowed value of such a type is always passed
   /// by address and never copied, so the address is the storage's own, and it stays put until
   /// the borrow ends.
-  private var address: UnsafePointer<_OnceStorage> {
+  var address: UnsafePointer<_OnceStorage> {
     withUnsafePointer(to: self) { $0 }
   }
 
@@ -77,11 +77,8 @@ struct _OnceStorage: ~Copyable, Sendable {
   /// at its end. A flight never dereferences its outcome, so this is the only owner.
   func builtValue() -> UInt {
     if isPublished { return published }
-    return Registry.shared.withLock { _ in
-      UnsafeRawPointer(bitPattern: flight.load(ordering: .relaxed)).flatMap {
-        Unmanaged<Flight>.fromOpaque($0).takeUnretainedValue().outcome
-      } ?? 0
-    }
+    let storage = address
+    return Registry.shared.withLock { _ in Flight.attached(to: storage)?.outcome ?? 0 }
   }
 
   /// The cell this storage backs, for a caller that borrows the storage for longer than the
