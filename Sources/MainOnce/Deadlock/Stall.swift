@@ -33,9 +33,7 @@ struct Look {
   }
 
   let flight: Flight
-  let label: CellLabel
   let callers: [Callers]
-  let callerCount: Int
   /// When the oldest caller started waiting, and when the watchdog looked.
   let since: UInt64
   let now: UInt64
@@ -45,6 +43,10 @@ struct Look {
   let trackedWait: String?
   /// Where a stop is attributed: the oldest caller's call.
   let site: CallSite
+
+  var label: CellLabel { flight.label }
+
+  var callerCount: Int { callers.reduce(0) { $0 + $1.count } }
 
   /// Samples the thread in the way, outside the lock.
   func sample() -> Finding {
@@ -241,7 +243,7 @@ struct Finding {
 
 extension Registry {
   /// What the watchdog needs to know about `flight` to look at it outside the lock.
-  func look(at flight: Flight, since: UInt64, now: UInt64, timeout: UInt64) -> Look {
+  func look(at flight: Flight, now: UInt64, timeout: UInt64) -> Look {
     var callers: [Look.Callers] = []
     var oldest: Waiter?
     for waiter in flight.queue where waiter.isWaiting {
@@ -268,8 +270,7 @@ extension Registry {
       }
     }
     return Look(
-      flight: flight, label: flight.label, callers: callers,
-      callerCount: callers.reduce(0) { $0 + $1.count }, since: since, now: now, timeout: timeout,
+      flight: flight, callers: callers, since: oldest?.since ?? now, now: now, timeout: timeout,
       inTheWay: inTheWay,
       trackedWait: inTheWay.thread.flatMap { waits[$0] }.map {
         "\(DeadlockReport.describe($0.object)) in \($0.call)"

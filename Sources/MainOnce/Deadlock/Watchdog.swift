@@ -80,10 +80,12 @@ enum Watchdog {
       }
       for look in looks {
         let finding = look.sample()
-        let report = Registry.shared.withLock { registry in
-          registry.record(finding, of: look, stops: settings.stallResponse == .abort, now: now)
+        // The report is written outside the lock: explaining it may call into the run loop.
+        guard let isStuck = Registry.shared.withLock({ $0.record(finding, of: look) }) else {
+          continue
         }
-        report?.deliver(at: look.site)
+        look.report(finding, isStuck: isStuck, stops: settings.stallResponse == .abort)
+          .deliver(at: look.site)
       }
       if let sleep {
         _ = wakeUp.wait(timeout: .now() + .nanoseconds(Int(clamping: sleep)))
@@ -109,7 +111,7 @@ extension Registry {
       else { continue }
       var due = flight.watch?.nextLook ?? oldest + timeout
       if due <= now {
-        looks.append(look(at: flight, since: oldest, now: now, timeout: timeout))
+        looks.append(look(at: flight, now: now, timeout: timeout))
         due = now + timeout
         flight.watch?.nextLook = due
       }
@@ -127,19 +129,18 @@ extension Registry {
     return (looks, timeout)
   }
 
-  /// Takes the watchdog's `finding` into account for the flight it was made for, and returns
-  /// what to report: the first look always reports; later ones only when the thread in the way
-  /// is blocked without progress, which stops the process if `stops`. Nothing, if the flight
-  /// has ended meanwhile.
-  mutating func record(_ finding: Finding, of look: Look, stops: Bool, now: UInt64)
-    -> DeadlockReport?
-  {
+  /// Takes the watchdog's `finding` into account for the flight it was made for, and says
+  /// whether to report it, and whether the thread in the way is stuck: the first look always
+  /// reports (not stuck); later ones only when the thread in the way is blocked without
+  /// progress (stuck: the report stops the process under `abort`). `nil`: no report, also if
+  /// the flight has ended meanwhile.
+  mutating func record(_ finding: Finding, of look: Look) -> Bool? {
     let flight = look.flight
     guard flight.outcome == nil, flight.queue.contains(where: \.isWaiting) else { return nil }
     guard var watch = flight.watch else {
       flight.watch = StallWatch(
-        nextLook: now + look.timeout, baseline: finding.baseline, waitingSince: look.since)
-      return look.report(finding, isStuck: false, stops: false)
+        nextLook: look.now + look.timeout, baseline: finding.baseline, waitingSince: look.since)
+      return false
     }
     let isStuck =
       finding.activity == .blockedOnLock && finding.baseline != nil
@@ -147,7 +148,7 @@ extension Registry {
     watch.baseline = finding.baseline
     watch.isEscalated = isStuck
     flight.watch = watch
-    return isStuck ? look.report(finding, isStuck: true, stops: stops) : nil
+    return isStuck ? true : nil
   }
 
   /// The watchdog's word that a flight it reported no longer keeps anyone waiting, if it did
