@@ -90,10 +90,7 @@ enum DeadlockScenario: String, CaseIterable {
     switch self {
     case .trackedCycleMainFirst, .cycleToHandler:
       if self == .cycleToHandler {
-        DeadlockDetection.reportHandler = { report in
-          let firstLine = report.text.prefix(while: { $0 != "\n" })
-          FileHandle.standardOutput.write(Data("HANDLER \(report.kind) \(firstLine)\n".utf8))
-        }
+        DeadlockDetection.reportHandler = printHeadline
       }
       let loader = WaitTarget.work("loader")
       let done = DispatchSemaphore(value: 0)
@@ -103,7 +100,7 @@ enum DeadlockScenario: String, CaseIterable {
           done.signal()
         }
         done.wait(for: loader)
-        finish("the cycle went unnoticed")
+        verdict(true, "the cycle went unnoticed")
       }
     case .trackedCycleWorkerFirst:
       let loader = WaitTarget.work("loader")
@@ -115,7 +112,7 @@ enum DeadlockScenario: String, CaseIterable {
         }.start()
         usleep(300_000)  // the worker is blocked in its hop by now
         done.wait(for: loader)
-        finish("the cycle went unnoticed")
+        verdict(true, "the cycle went unnoticed")
       }
     case .trackedCycleMainRunsFirst, .trackedCycleMainRunsAndCloses, .runningTrackedWait,
       .runningTrackedWaitCloses:
@@ -139,7 +136,7 @@ enum DeadlockScenario: String, CaseIterable {
     case .mainQueueSyncFromMain:
       DispatchQueue.main.async {
         DispatchQueue.main.trackedSync {}
-        finish("main-queue sync from the main queue returned")
+        verdict(true, "main-queue sync from the main queue returned")
       }
     case .rawSemaphore:
       let never = DispatchSemaphore(value: 0)
@@ -180,10 +177,7 @@ enum DeadlockScenario: String, CaseIterable {
       Thread { callAndFinish() }.start()
       // An event loop that is not Dispatch's (as GLib's or libuv's would be): it waits in poll
       // for input that never comes, and does not serve the main queue meanwhile.
-      var ends: [Int32] = [0, 0]
-      _ = pipe(&ends)
-      var events = [pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)]
-      _ = poll(&events, 1, 1_600)
+      idleInPoll(milliseconds: 1_600)
     case .busyThenBlocked:
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
@@ -206,10 +200,7 @@ enum DeadlockScenario: String, CaseIterable {
     case .configuredInCode:
       DeadlockDetection.stallResponse = .abort
       DeadlockDetection.setStallTimeout(.milliseconds(300))
-      DeadlockDetection.reportHandler = { report in
-        let firstLine = report.text.prefix(while: { $0 != "\n" })
-        FileHandle.standardOutput.write(Data("HANDLER \(report.kind) \(firstLine)\n".utf8))
-      }
+      DeadlockDetection.reportHandler = printHeadline
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
@@ -231,7 +222,7 @@ enum DeadlockScenario: String, CaseIterable {
         let second = group.wait(for: worker, timeout: .now() + .milliseconds(300))
         DispatchQueue.global().async {
           _ = group.wait(timeout: .now() + 10)
-          finish("timed waits: \(first), \(second); the worker finished")
+          verdict(true, "timed waits: \(first), \(second); the worker finished")
         }
       }
     case .signalledTrackedWait:
@@ -274,11 +265,10 @@ enum DeadlockScenario: String, CaseIterable {
             returned.signal()
           }.start()
           guard returned.wait(timeout: .now() + 5) == .success else {
-            print("FAIL round \(round) did not return within 5 s")
-            exit(1)
+            verdict(false, "round \(round) did not return within 5 s")
           }
         }
-        finish("400 rounds")
+        verdict(true, "400 rounds")
       }.start()
     case .progressingMainQueue:
       let item = DispatchSemaphore(value: 0)
@@ -295,19 +285,19 @@ enum DeadlockScenario: String, CaseIterable {
     case .neverServedAsync:
       Task.detached {
         try await onceOnMain(token: Tokens.token) {}
-        finish("the initializer ran")
+        verdict(true, "the initializer ran")
       }
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
     case .neverServedCompletion:
       onceOnMain(token: Tokens.token, completionQueue: .global()) {
       } completion: {
-        finish("the initializer ran")
+        verdict(true, "the initializer ran")
       }
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
     case .neverServedAsyncLazy:
       Task.detached {
         _ = try await Tokens.lazy.value
-        finish("the builder ran")
+        verdict(true, "the builder ran")
       }
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
     case .servedThenBlocked:
@@ -337,11 +327,11 @@ enum DeadlockScenario: String, CaseIterable {
     case .nestedSyncWithoutIntrospection:
       DeadlockDetection.reportHandler = { report in
         FileHandle.standardError.write(Data((report.text + "\n").utf8))
-        finish("reported: \(report.kind)")
+        verdict(true, "reported: \(report.kind)")
       }
       DispatchQueue.main.async {
         DispatchQueue(label: "fixture.serial").sync { onceOnMain(token: Tokens.token) {} }
-        finish("the nested call returned")
+        verdict(true, "the nested call returned")
       }
     }
     dispatchMain()
@@ -369,13 +359,14 @@ private func runOnceSlowly(for object: AnyObject) {
 }
 
 /// Calls `onceOnMain` and ends the process with a passing verdict once the initializer ran.
+/// A report handler that prints `HANDLER <kind> <first line>` at once.
+@Sendable private func printHeadline(of report: DeadlockReport) {
+  let firstLine = report.text.prefix(while: { $0 != "\n" })
+  FileHandle.standardOutput.write(Data("HANDLER \(report.kind) \(firstLine)\n".utf8))
+}
+
 private func callAndFinish() -> Never {
   var ran = false
   onceOnMain(token: DeadlockScenario.Tokens.token) { ran = true }
-  finish("initializer ran: \(ran)")
-}
-
-private func finish(_ message: String) -> Never {
-  print("PASS " + message)
-  exit(0)
+  verdict(true, "initializer ran: \(ran)")
 }

@@ -124,14 +124,17 @@ func address(of object: AnyObject) -> UInt {
   UInt(bitPattern: Unmanaged.passUnretained(object).toOpaque())
 }
 
+/// How many objects ``allocate(at:spare:_:)`` makes before it gives up.
+let allocationTries = 2_000
+
 /// Allocates objects with `make` until one sits at `target`, the address of an object of the same
-/// class just freed on this thread; returns `nil` after `limit` tries. `spare` must have room for
-/// `limit` objects, reserved before the old object was freed, so that growing it does not take the
-/// freed memory.
+/// class just freed on this thread; returns `nil` after `allocationTries`. `spare` must have room
+/// for that many objects, reserved before the old object was freed, so that growing it does not
+/// take the freed memory.
 func allocate<Object: AnyObject>(
-  at target: UInt, limit: Int = 2_000, spare: inout [Object], _ make: () -> Object
+  at target: UInt, spare: inout [Object], _ make: () -> Object
 ) -> Object? {
-  for _ in 0..<limit {
+  for _ in 0..<allocationTries {
     let object = make()
     if address(of: object) == target { return object }
     spare.append(object)
@@ -176,11 +179,6 @@ final class Handoff<Object: AnyObject & Sendable>: Sendable {
 
 struct Boom: Error {}
 
-func verdict(_ passed: Bool, _ summary: String) -> Never {
-  print((passed ? "PASS " : "FAIL ") + summary)
-  exit(passed ? 0 : 1)
-}
-
 /// Runs `body` on a new thread, off the main queue.
 func startOffMain(_ body: @escaping @Sendable () -> Void) {
   Thread { body() }.start()
@@ -201,7 +199,7 @@ func widgetSite(_ widget: Widget, _ body: @Sendable () throws(Boom) -> Void) thr
 /// inconclusive if none does. Counts `firstRuns` and `firstCompletions` in `tally`.
 private func ownerWhereAHopWasLeftOver(_ tally: Tally) -> TokenOwner {
   var spare: [TokenOwner] = []
-  spare.reserveCapacity(2_000)
+  spare.reserveCapacity(allocationTries)
   var first: TokenOwner? = TokenOwner()
   let firstAddress = address(of: first!)
   onceOnMain(token: first!.token, completionQueue: .global()) {
@@ -246,7 +244,7 @@ private func runStaleHopEarlyReturn() {
 private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
   let rounds = 12
   var spare: [Widget] = []
-  spare.reserveCapacity(2_000)
+  spare.reserveCapacity(allocationTries)
   var first: Widget? = Widget()
   let firstAddress = address(of: first!)
   let go = DispatchSemaphore(value: 0)
@@ -431,7 +429,7 @@ private func runOwnerReleasedByCompletion() {
   } completion: {
     tally.add("completions")
     var spare: [TokenOwner] = []
-    spare.reserveCapacity(2_000)
+    spare.reserveCapacity(allocationTries)
     _ = handoff.take()  // the last strong reference: the owner is freed here
     if let fresh = allocate(at: ownerAddress, spare: &spare, TokenOwner.init) {
       freshOwner.withLock { $0 = fresh }

@@ -9,7 +9,7 @@ import Synchronization
 #endif
 
 /// An event loop that is not Dispatch's runs on the main thread and serves the main queue with
-/// `MainQueueDriver`: `MainOnceFixture foreignLoop poll|glib`. Worker threads race
+/// `MainQueueDriver`: `MainOnceFixture foreignLoop <loop>`. Worker threads race
 /// `onceOnMain`, read a `MainLazy`, start `@MainActor` tasks and submit `DispatchQueue.main`
 /// blocks; every one must be served, on the main thread. Prints `PASS …`, `FAIL …`, or
 /// `SKIP …` when GLib cannot be loaded.
@@ -29,7 +29,7 @@ enum ForeignLoop: String, CaseIterable {
   case drainResets
 
   enum Values {
-    static let stack = MainLazy { MainThreadCheck(requiringMainThread: true) }
+    static let stack = MainLazy { MainThreadCheck() }
   }
 
   func run() -> Never {
@@ -81,13 +81,9 @@ enum ForeignLoop: String, CaseIterable {
     MainQueueDriver.drain()
     Thread {
       onceOnMain(token: Tokens.token) {}
-      print("PASS the worker's call returned")
-      exit(0)
+      verdict(true, "the worker's call returned")
     }.start()
-    var ends: [Int32] = [0, 0]
-    _ = pipe(&ends)
-    var events = [pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)]
-    _ = Glibc.poll(&events, 1, 1_600)  // a loop that forgot the driver's descriptor
+    idleInPoll(milliseconds: 1_600)  // a loop that forgot the driver's descriptor
     pollLoop()
   }
 
@@ -101,9 +97,7 @@ enum ForeignLoop: String, CaseIterable {
         ? String(decoding: link[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         : "nothing"
       let valid = MainQueueDriver.fileDescriptor == descriptor && target == "anon_inode:[eventfd]"
-      print(
-        "\(valid ? "PASS" : "FAIL") descriptor=\(descriptor) names \(target) after dispatchMain()")
-      exit(valid ? 0 : 1)
+      verdict(valid, "descriptor=\(descriptor) names \(target) after dispatchMain()")
     }
     dispatchMain()
   }
@@ -121,10 +115,7 @@ enum ForeignLoop: String, CaseIterable {
     let after = readable()
     let didRun = ran.withLock { $0 }
     let passed = before && didRun && !after
-    print(
-      "\(passed ? "PASS" : "FAIL") readableWithWork=\(before) ran=\(didRun)"
-        + " readableAfterDrain=\(after)")
-    exit(passed ? 0 : 1)
+    verdict(passed, "readableWithWork=\(before) ran=\(didRun) readableAfterDrain=\(after)")
   }
 
   enum Tokens {
@@ -141,13 +132,13 @@ enum ForeignLoop: String, CaseIterable {
   }
 }
 
-/// A stack that records whether it was built on the main thread, and can demand it.
+/// A stack that demands to be built on the main thread, and records whether it was.
 final class MainThreadCheck: Sendable {
   let builtOnMainThread: Bool
 
   @MainActor
-  init(requiringMainThread: Bool) {
-    if requiringMainThread { MainContext.requireMainThread(for: "the fixture's stack") }
+  init() {
+    MainContext.requireMainThread(for: "the fixture's stack")
     builtOnMainThread = Thread.isMainThread
   }
 }

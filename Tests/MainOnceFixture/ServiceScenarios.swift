@@ -57,24 +57,21 @@ enum ServiceScenario: String, CaseIterable {
           withTrackedWait(for: worker) { done.wait() }
         }
         record.finish("the wait ended")
-      case .mainFirst, .fromEnvironment:
+      case .mainFirst, .fromEnvironment, .mainFirstGroup, .uninterruptible:
         let done = DispatchSemaphore(value: 0)
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
-          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
-          done.signal()
-        }
-        record.waitBegins()
-        done.wait(for: worker)
-        record.finish("the wait ended")
-      case .mainFirstGroup:
         let group = DispatchGroup()
         group.enter()
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
           worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
+          done.signal()
           group.leave()
         }
+        if self == .uninterruptible {
+          withTrackedWait(for: worker) { done.wait() }
+          record.finish("the cycle went unnoticed")
+        }
         record.waitBegins()
-        group.wait(for: worker)
+        if self == .mainFirstGroup { group.wait(for: worker) } else { done.wait(for: worker) }
         record.finish("the wait ended")
       case .throwingInitializer:
         let done = DispatchSemaphore(value: 0)
@@ -120,14 +117,6 @@ enum ServiceScenario: String, CaseIterable {
         }.start()
         usleep(200_000)
         never.wait(for: worker)
-        record.finish("the cycle went unnoticed")
-      case .uninterruptible:
-        let done = DispatchSemaphore(value: 0)
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
-          worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
-          done.signal()
-        }
-        withTrackedWait(for: worker) { done.wait() }
         record.finish("the cycle went unnoticed")
       case .trackedSyncWorkerFirst:
         let queue = DispatchQueue(label: "service.serial")
@@ -175,7 +164,6 @@ private final class InitializerRecord: Sendable {
       runs >= 1 && ranInsideTheWait.load(ordering: .relaxed) == runs
       && ranInMainContext.load(ordering: .relaxed) == runs
       && ServiceScenario.Tokens.token.isDone == expectingDone && (expectingDone ? runs == 1 : true)
-    print((passed ? "PASS " : "FAIL ") + summary)
-    exit(passed ? 0 : 1)
+    verdict(passed, summary)
   }
 }

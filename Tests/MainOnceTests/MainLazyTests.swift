@@ -58,12 +58,11 @@ struct MainLazyTests {
 
   @Test("a builder that throws hands its error to its own reader, and the next read builds again")
   func throwingBuilder() async throws {
-    let outcomes = Locked<[Result<Int, LazyBuildFailed>]>([])
+    let outcomes = Recorder<Result<Int, LazyBuildFailed>>()
     await raceThreads(8) { _ in
-      let outcome = Result { () throws(LazyBuildFailed) in try Values.failingThrice.value }
-      outcomes.withLock { $0.append(outcome) }
+      outcomes.record(Result { () throws(LazyBuildFailed) in try Values.failingThrice.value })
     }
-    let results = outcomes.withLock { $0 }
+    let results = outcomes.recorded
     // Each failed build's error went to one reader; everyone else got the one value built.
     #expect(results.count == 8)
     #expect(results.compactMap { try? $0.get() } == Array(repeating: 4, count: 5))

@@ -25,7 +25,7 @@ struct MainQueueDriverTests {
   }
 
   private func expectServed(by loop: String) async throws {
-    let outcome = try await FixtureProcess.run("MainOnceFixture", ["foreignLoop", loop])
+    let outcome = try await FixtureProcess.scenario("foreignLoop", loop)
     #expect(!outcome.timedOut, "the loop hung: \(outcome.standardError)")
     #expect(outcome.status == 0, "\(outcome.verdict)\n\(outcome.standardError)")
     #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
@@ -39,7 +39,7 @@ struct MainQueueDriverTests {
 
   @Test("a loop that stops draining is reported as one served by MainQueueDriver")
   func stopsDraining() async throws {
-    let outcome = try await FixtureProcess.run("MainOnceFixture", ["foreignLoop", "stopsDraining"])
+    let outcome = try await FixtureProcess.scenario("foreignLoop", "stopsDraining")
     #expect(outcome.verdict == "PASS the worker's call returned", "\(outcome.standardError)")
     #expect(
       outcome.standardError.contains(
@@ -50,14 +50,13 @@ struct MainQueueDriverTests {
 
   @Test("the descriptor stays valid for the life of the process, also after dispatchMain()")
   func descriptorLifetime() async throws {
-    let outcome = try await FixtureProcess.run(
-      "MainOnceFixture", ["foreignLoop", "descriptorLifetime"])
+    let outcome = try await FixtureProcess.scenario("foreignLoop", "descriptorLifetime")
     #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
   }
 
   @Test("drain() runs the pending work and resets the descriptor, so that a loop does not spin")
   func drainResetsTheDescriptor() async throws {
-    let outcome = try await FixtureProcess.run("MainOnceFixture", ["foreignLoop", "drainResets"])
+    let outcome = try await FixtureProcess.scenario("foreignLoop", "drainResets")
     #expect(
       outcome.verdict == "PASS readableWithWork=true ran=true readableAfterDrain=false",
       "\(outcome.standardError)")

@@ -36,8 +36,8 @@ extension XCTestMainThreadTests {
   /// the Swift Testing suites, one test at a time, so the settings changed here affect no
   /// other test.
   func testStallReportInATestNamesTheTestFrameworksWaits() {
-    let reports = ReportLog()
-    DeadlockDetection.reportHandler = { reports.append($0.text) }
+    let reports = Recorder<String>()
+    DeadlockDetection.reportHandler = { reports.record($0.text) }
     DeadlockDetection.stallTimeout = .milliseconds(100)
     defer {
       DeadlockDetection.reportHandler = nil
@@ -52,26 +52,10 @@ extension XCTestMainThreadTests {
     _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 0.6)
     // Serves the main queue: the hop runs.
     wait(for: [done], timeout: 10)
-    let text = reports.all.joined(separator: "\n")
+    let text = reports.recorded.joined(separator: "\n")
     XCTAssertTrue(text.contains("the main thread holds the main queue but is not serving it"), text)
     XCTAssertTrue(text.contains("hint: in a test, wait the way the test framework serves"), text)
     XCTAssertFalse(text.contains("dispatchMain() or RunLoop.main.run()"), text)
-  }
-}
-
-private final class ReportLog: @unchecked Sendable {
-  // This is safe because `texts` is only touched while `lock` is held.
-  private let lock = NSLock()
-  private var texts: [String] = []
-  func append(_ text: String) {
-    lock.lock()
-    texts.append(text)
-    lock.unlock()
-  }
-  var all: [String] {
-    lock.lock()
-    defer { lock.unlock() }
-    return texts
   }
 }
 

@@ -25,12 +25,10 @@ struct Session: Sendable {
   static func restore() async throws -> Session { Session() }
 }
 
-struct DatabaseStack: Sendable {}
 struct RenderStack: Sendable {}
 
 @MainActor func configureMainThreadOnlyAudioLibrary() {}
 @MainActor func configureAudio() {}
-@MainActor func initializeMainThreadOnlyLibrary() {}
 @MainActor func initializeToolkit() {}
 @MainActor func loadSystemFonts() {}
 func buildIndex() {}
