@@ -27,11 +27,13 @@ extern void dispatch_sync_f(struct dispatch_queue_s *queue, void *_Nullable cont
 extern const char *_Nullable dispatch_queue_get_label(struct dispatch_queue_s *_Nullable queue);
 extern struct dispatch_queue_s *_Nullable dispatch_get_current_queue(void);
 extern void dispatch_release(void *object);
+extern void dispatch_set_target_queue(void *object, struct dispatch_queue_s *_Nullable queue);
 extern int _dispatch_get_main_queue_handle_4CF(void);
 extern void _dispatch_main_queue_callback_4CF(void *_Nullable message);
 
 // Fields of struct dispatch_queue_s (dispatch_lane_s) on 64-bit platforms.
 enum {
+  TargetOffset = 24,        // struct dispatch_queue_s *do_targetq
   StateOffset = 56,         // uint64_t dq_state: the owner's thread id in the low 30 bits
   SerialNumberOffset = 64,  // uint64_t dq_serialnum: 1 for the main queue
   LabelOffset = 72,         // const char *dq_label
@@ -42,6 +44,10 @@ static const uint32_t ThreadBoundFlag = 0x00040000;  // DQF_THREAD_BOUND
 
 static const char *label_field(const void *queue) {
   return *(const char *const *)((const char *)queue + LabelOffset);
+}
+
+static const void *target_field(const void *queue) {
+  return *(const void *const *)((const char *)queue + TargetOffset);
 }
 
 static uint32_t flags_field(const void *queue) {
@@ -98,6 +104,24 @@ bool mainonce_queue_is_serial(const void *queue) {
 #endif
 }
 
+const char *mainonce_queue_label(const void *queue) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return label_field(queue);
+#else
+  (void)queue;
+  return NULL;
+#endif
+}
+
+const void *mainonce_queue_target(const void *queue) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  return target_field(queue);
+#else
+  (void)queue;
+  return NULL;
+#endif
+}
+
 bool mainonce_main_queue_is_thread_bound(void) {
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
   return (flags_field(&_dispatch_main_q) & ThreadBoundFlag) != 0;
@@ -142,6 +166,21 @@ int32_t mainonce_queue_layout_self_test(void) {
       failed = 10;
     } else if (mainonce_queue_owner(queue) != 0) {
       failed = 11;
+    }
+  }
+  // A second queue that targets the first: its target field holds the first.
+  if (failed == 0) {
+    struct dispatch_queue_s *inner = dispatch_queue_create("mainonce.layout-self-test.inner", NULL);
+    if (inner == NULL) {
+      failed = 12;
+    } else {
+      if (target_field(queue) == NULL || target_field(main) == NULL) {
+        failed = 12;
+      } else {
+        dispatch_set_target_queue(inner, queue);
+        if (target_field(inner) != queue) failed = 13;
+      }
+      dispatch_release(inner);
     }
   }
   dispatch_release(queue);

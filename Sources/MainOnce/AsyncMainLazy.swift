@@ -1,4 +1,4 @@
-internal import Dispatch
+internal import Synchronization
 
 /// A value built once on the main actor by an `async`, throwing builder, the first time it is
 /// awaited.
@@ -24,14 +24,20 @@ internal import Dispatch
 /// Unlike ``MainLazy``, this is a class (its build outlives any one caller), so a `static let`
 /// of it costs a lazy-global check on access.
 ///
-/// This type cannot deadlock on the main queue: it never blocks a thread. A builder that
-/// awaits its own ``value`` could never finish; MainOnce stops the process with a message that
-/// names the declaration instead.
+/// This type cannot deadlock on the main queue: it never blocks a thread. A builder that awaits
+/// its own ``value`` could never finish. MainOnce stops the process with a message that names the
+/// declaration when the build itself awaits it, or a task the build must wait for: a child task
+/// of the build (`async let`, a task group). A `Task { }` started inside the build may or may
+/// not be waited for by the build, so MainOnce cannot tell whether its await can end: such a
+/// task waits, and the stall report names it if the build does not end.
 public final class AsyncMainLazy<Value: Sendable>: Sendable {
-  /// Zero until built, then the address of the built value. Written only by MainOnce.
+  /// Odd until built, then the address of the built value. Written only by a build, under
+  /// `state`'s lock; the build's task holds `self`, so the storage is in place.
   @usableFromInline
-  let _storage = _OnceStorage()
+  let _storage = _OnceWord()
 
+  /// The build in flight, if any; guarded by ``AsyncBuild/lock``.
+  private let current = AsyncBuild.Slot()
   private let build: @MainActor @Sendable () async throws -> Value
   private let declaration: CallSite
 
@@ -54,9 +60,10 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   deinit {
     // A build holds `self` until it ends, and publishes its value, so none is running and any
     // value built is published.
-    if let built = UnsafeMutablePointer<Value>(bitPattern: _storage.published) {
+    if _storage.isPublished {
+      let built = UnsafeMutablePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped
       built.deinitialize(count: 1)
-      built.deallocate()
+      UnsafeMutableRawPointer(built).deallocate()
     }
   }
 
@@ -67,76 +74,193 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   @inlinable
   public var value: Value {
     get async throws {
-      let address = _storage.published
-      if _fastPath(address != 0) {
-        return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
+      let word = _storage.value
+      if _fastPath(word & 1 == 0) {
+        return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
       }
       return try await _buildOrJoin()
     }
   }
 
+  /// Whether a build is in flight.
+  var isBuilding: Bool { AsyncBuild.lock.withLock { current.build != nil } }
+
   private var label: CellLabel {
-    .asyncLazy(typeName: String(describing: Value.self), declaration: declaration)
+    .asyncLazy(valueType: TypeName(Value.self), declaration: declaration)
   }
 
   @usableFromInline
   @inline(never)
   func _buildOrJoin() async throws -> Value {
-    // `self` is retained for the length of the call, and its storage with it.
-    let cell = _storage.cell(label: label)
-    let waiter = Waiter(site: declaration, attempt: nil, delivery: .task(nil))
-    try await OnceEngine.suspend(
-      waiter, for: cell, policy: .mainActorTask,
-      start: { flight in Task { @MainActor in await self.runBuild(for: flight) } })
-    return UnsafePointer<Value>(bitPattern: _storage.published).unsafelyUnwrapped.pointee
+    let caller = AsyncBuild.Caller(insideBuild: AsyncBuild.Marker.current)
+    let outcome = await withTaskCancellationHandler {
+      await withUnsafeContinuation { continuation in
+        let (now, joined, starts) = AsyncBuild.lock.withLock {
+          () -> (AsyncBuild.Outcome?, AsyncBuild?, Bool) in
+          if _storage.isPublished { return (.built, nil, false) }
+          if caller.isCancelled { return (.cancelled, nil, false) }
+          let starts = current.build == nil
+          if starts { current.build = AsyncBuild(label: label) }
+          let build = current.build!
+          if caller.awaitsItsOwnBuild(build) {
+            Diagnostics.reentrance(label, firstCall: declaration, secondCall: declaration)
+          }
+          caller.continuation = continuation
+          build.callers.append(caller)
+          return (nil, build, starts)
+        }
+        if let now { return continuation.resume(returning: now) }
+        if starts { start(joined!) }
+        DeadlockHooks.callerWaits(in: joined!)
+      }
+    } onCancel: {
+      let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
+        guard let build = current.build,
+          let index = build.callers.firstIndex(where: { $0 === caller })
+        else {
+          caller.isCancelled = true
+          return nil
+        }
+        build.callers.remove(at: index)
+        return build
+      }
+      guard let build else { return }
+      caller.continuation?.resume(returning: .cancelled)
+      DeadlockHooks.callersLeft(build)
+    }
+    switch outcome {
+    case .built: return UnsafePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped.pointee
+    case .failed(let error): throw error
+    case .cancelled: throw CancellationError()
+    }
   }
 
-  /// Runs the builder and hands its outcome to every caller waiting for it.
-  @MainActor
-  private func runBuild(for flight: Flight) async {
-    // This is safe because the reference is kept in the runner only while this task builds
-    // (`finishBuild` clears it, on this task), and it is only compared with callers' tasks.
-    let task = withUnsafeCurrentTask { $0 }
-    let thread = ThreadRecord.current.id
-    Registry.shared.withLock { _ in
-      flight.hopIsOnItsWay = false
-      flight.runner = Runner(thread: thread, site: declaration, task: task)
+  /// Starts `build`'s task: on the main actor, marked so that an await of this value from inside
+  /// it is recognized, and with the global executor as its task executor preference, which its
+  /// child tasks inherit and a `Task { }` does not (see ``AsyncBuild/Caller``).
+  private func start(_ build: AsyncBuild) {
+    Task(executorPreference: globalConcurrentExecutor) { [self] in
+      let built = await AsyncBuild.Marker.$current.withValue(build.marker) {
+        await buildValue(build)
+      }
+      finish(build, built: built)
     }
-    let result: Result<UInt, any Error>
+  }
+
+  /// Runs the builder on the main actor; the built value's address (even: a done word), or the
+  /// error.
+  private func buildValue(_ build: AsyncBuild) async -> Result<UInt, any Error> {
     do {
-      let value = try await build()
-      let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-      built.initialize(to: value)
-      result = .success(UInt(bitPattern: built))
+      let value = try await runBuilder(build)
+      let built = UnsafeMutableRawPointer.allocate(
+        byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
+      built.initializeMemory(as: Value.self, to: value)
+      return .success(UInt(bitPattern: built))
     } catch {
-      result = .failure(error)
+      return .failure(error)
     }
-    // This method borrows `self`, which the build's task holds: the storage is in place, and the
-    // value is published here, also when every caller has been cancelled.
+  }
+
+  /// Runs the builder, once the build has reached the main actor.
+  @MainActor
+  private func runBuilder(_ build: AsyncBuild) async throws -> Value {
+    AsyncBuild.lock.withLock { build.hasStarted = true }
+    return try await self.build()
+  }
+
+  /// Publishes the value, also when every caller has been cancelled, and answers the callers.
+  private func finish(_ build: AsyncBuild, built: Result<UInt, any Error>) {
     let storage = _storage.address
-    Registry.shared.withLock { registry in
-      let deliveries = registry.finishBuild(flight, with: result)
-      _ = Cell.publishIfFinished(storage)
-      return deliveries
-    }.deliver()
+    let callers = AsyncBuild.lock.withLock { () -> [AsyncBuild.Caller] in
+      if case .success(let built) = built {
+        storage.pointee.word.store(built, ordering: .releasing)
+      }
+      current.build = nil
+      build.isOver = true
+      return build.callers
+    }
+    let outcome: AsyncBuild.Outcome =
+      switch built {
+      case .success: .built
+      case .failure(let error): .failed(error)
+      }
+    for caller in callers { caller.continuation?.resume(returning: outcome) }
+    DeadlockHooks.callersLeft(build)
   }
 }
 
-extension Registry {
-  /// Records the end of an `AsyncMainLazy` build: every waiting caller gets its outcome.
-  mutating func finishBuild(_ flight: Flight, with result: Result<UInt, any Error>) -> Deliveries {
-    var deliveries = Deliveries()
-    flight.runner = nil
-    switch result {
-    case .success(let value):
-      flight.outcome = value
-      for waiter in flight.queue { deliveries.resolve(waiter, .done) }
-    case .failure(let error):
-      for waiter in flight.queue { deliveries.resolve(waiter, .failed(error)) }
+/// One build of an ``AsyncMainLazy``, and the callers waiting for it.
+final class AsyncBuild: @unchecked Sendable {
+  // This is safe because `callers`, `hasStarted` and `isOver` are only read and written under
+  // `lock`.
+
+  /// Guards every build and every lazy value's current build. One lock for all: it is taken only
+  /// on the slow path, for a few instructions at a time.
+  static let lock = Lock()
+
+  /// A lazy value's build in flight, if any; guarded by ``lock``.
+  final class Slot: @unchecked Sendable {
+    // This is safe because `build` is only read and written under `AsyncBuild.lock`.
+    var build: AsyncBuild?
+  }
+
+  /// How a caller's wait ended.
+  enum Outcome {
+    case built
+    case failed(any Error)
+    case cancelled
+  }
+
+  /// Identifies one build; task-local inside it, and so in every task started inside it.
+  final class Marker: Sendable {
+    @TaskLocal static var current: Marker?
+  }
+
+  /// A caller waiting for a build.
+  final class Caller: @unchecked Sendable {
+    // This is safe because the variables are only read and written under `AsyncBuild.lock`, but
+    // the continuation, which is resumed once, after the caller was taken out of the build under
+    // the lock.
+    let since = Platform.monotonicNanoseconds()
+    /// The build the caller's task was started inside, if any.
+    let insideBuild: Marker?
+    /// Whether the caller's task has the task executor preference a build gives its task, which
+    /// child tasks inherit (and a `Task { }` does not): with `insideBuild`, the caller is the
+    /// build's task or a child task it must wait for.
+    let isStructuredPartOfBuild: Bool
+    var continuation: UnsafeContinuation<Outcome, Never>?
+    var isCancelled = false
+
+    init(insideBuild: Marker?) {
+      self.insideBuild = insideBuild
+      isStructuredPartOfBuild =
+        insideBuild != nil
+        && withUnsafeCurrentTask {
+          $0?.unownedTaskExecutor == globalConcurrentExecutor.asUnownedTaskExecutor()
+        }
     }
-    flight.queue.removeAll()
-    retireIfIdle(flight)
-    deliveries.endOfStall = endOfStall(flight)
-    return deliveries
+
+    /// Whether the caller is part of `build` that the build must wait for: it can never be
+    /// answered.
+    func awaitsItsOwnBuild(_ build: AsyncBuild) -> Bool {
+      insideBuild === build.marker && isStructuredPartOfBuild
+    }
+
+    /// Whether the caller's task was started inside `build`, but not as a child task of it.
+    func wasStartedInside(_ build: AsyncBuild) -> Bool {
+      insideBuild === build.marker && !isStructuredPartOfBuild
+    }
+  }
+
+  let label: CellLabel
+  let marker = Marker()
+  let since = Platform.monotonicNanoseconds()
+  var callers: [Caller] = []
+  /// Set once the build runs on the main actor; until then it waits for the main queue.
+  var hasStarted = false
+  var isOver = false
+
+  init(label: CellLabel) {
+    self.label = label
   }
 }

@@ -40,9 +40,9 @@
 ///   process with a message.
 @_staticExclusiveOnly
 public struct MainLazy<Value, Failure: Error>: ~Copyable {
-  /// Zero until built, then the address of the built value. Written only by MainOnce.
+  /// Odd until built, then the address of the built value. Written only by MainOnce.
   @usableFromInline
-  let _storage: _OnceStorage
+  let _storage: _OnceWord
 
   @usableFromInline
   let build: @MainActor @Sendable () throws(Failure) -> Value
@@ -63,38 +63,44 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     line: UInt = #line,
     _ build: @escaping @MainActor @Sendable () throws(Failure) -> Value
   ) {
-    _storage = _OnceStorage()
+    _storage = _OnceWord()
     self.build = build
     declaration = CallSite(file: file, line: line)
   }
 
   deinit {
-    if let built = UnsafeMutablePointer<Value>(bitPattern: _storage.builtValue()) {
-      built.deinitialize(count: 1)
-      built.deallocate()
-    }
+    // Nothing borrows the value any more. Every attempt's caller borrowed it while it ran, so a
+    // value that was built has been published; `isDone` also takes a finished, unpublished
+    // flight into account, should there be one.
+    guard _storage.isDone else { return }
+    let built = UnsafeMutablePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped
+    built.deinitialize(count: 1)
+    UnsafeMutableRawPointer(built).deallocate()
   }
 
   /// The built value, building it first if needed.
   @inlinable
   @inline(__always)
   func _builtValue() throws(Failure) -> Value {
-    let address = _storage.published
-    if _fastPath(address != 0) {
-      return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
     }
     return try _mainLazyBuildSlowPath(self).pointee
   }
 
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
   func build(site: CallSite) throws(Failure) {
-    let label = CellLabel.lazy(typeName: String(describing: Value.self), declaration: declaration)
-    try OnceEngine.run(_storage.cell(label: label), policy: .mainQueue, site: site) {
-      () throws(Failure) -> UInt in
-      try MainActor.runIsolated { [build] () throws(Failure) -> UInt in
+    let cell = OnceCell(
+      word: _storage.address,
+      label: .lazy(valueType: TypeName(Value.self), declaration: declaration))
+    try MainQueueEngine.run(cell, site: site) { [build] () throws(Failure) -> UInt in
+      try MainActor.runIsolated { () throws(Failure) -> UInt in
         let value = try build()
-        let built = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-        built.initialize(to: value)
+        // Aligned to at least 2, so that the address is even: a done word (see OnceCell.swift).
+        let built = UnsafeMutableRawPointer.allocate(
+          byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
+        built.initializeMemory(as: Value.self, to: value)
         return UInt(bitPattern: built)
       }
     }
@@ -109,7 +115,7 @@ func _mainLazyBuildSlowPath<Value, Failure: Error>(
   _ lazy: borrowing MainLazy<Value, Failure>
 ) throws(Failure) -> UnsafePointer<Value> {
   try lazy.build(site: lazy.declaration)
-  return UnsafePointer(bitPattern: lazy._storage.published).unsafelyUnwrapped
+  return UnsafePointer(bitPattern: lazy._storage.value).unsafelyUnwrapped
 }
 
 /// The slow path of ``MainLazy/value`` for a builder that cannot throw: a function that does
@@ -146,9 +152,9 @@ extension MainLazy where Failure == Never {
   @inlinable
   @inline(__always)
   func _builtValueNeverThrowing() -> Value {
-    let address = _storage.published
-    if _fastPath(address != 0) {
-      return UnsafePointer<Value>(bitPattern: address).unsafelyUnwrapped.pointee
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
     }
     return _mainLazyBuildSlowPath(neverThrowing: self).pointee
   }

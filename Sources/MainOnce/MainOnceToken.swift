@@ -20,23 +20,24 @@
 /// initialization goes on, and every waiting caller and completion handler still gets its
 /// answer; MainOnce never writes to a token after a caller stops borrowing it.
 ///
-/// A token is statically initialized: its state word is zero until it is done, and reading it
-/// is one load, with no lazy-global check (a class in a `static let` costs a `swift_once` call
-/// on every access on Linux; this struct does not). Besides the state word it holds a second
-/// word for calls in progress, and its name and declaration for diagnostics.
+/// A token is 32 bytes and statically initialized: a `static let` of one is constant data, and
+/// reading it is one load, with no lazy-global check (a class in a `static let` costs a
+/// `swift_once` call on every access on Linux; this struct does not). It holds one state word
+/// (see "How it works" in the README) and, for diagnostics, pointers to its name and to the file
+/// that declares it.
 ///
 /// The optional name and the place of declaration appear in MainOnce's diagnostics:
 /// `token "audio setup" (Audio/Engine.swift:12)`.
 @_staticExclusiveOnly
 public struct MainOnceToken: ~Copyable, Sendable {
   @usableFromInline
-  let _storage: _OnceStorage
+  let _word: _OnceWord
 
   @usableFromInline
-  let name: StaticString
+  let name: StaticText?
 
   @usableFromInline
-  let declaration: CallSite
+  let declaration: DeclarationSite
 
   /// Creates a fresh token.
   ///
@@ -46,17 +47,17 @@ public struct MainOnceToken: ~Copyable, Sendable {
   ///   - line: The line that declares the token; leave the default.
   @inlinable
   public init(_ name: StaticString = "", file: StaticString = #fileID, line: UInt = #line) {
-    _storage = _OnceStorage()
-    self.name = name
-    declaration = CallSite(file: file, line: line)
+    _word = _OnceWord()
+    self.name = StaticText(name)
+    declaration = DeclarationSite(file: file, line: line)
   }
 
   /// Whether an initializer has run to completion for this token and been published: one
-  /// acquiring load. The fast path of every call.
+  /// acquiring load and a bit test. The fast path of every call.
   @inlinable
   @inline(__always)
   var _isDone: Bool {
-    _storage.isPublished
+    _word.isPublished
   }
 
   /// Whether an initializer has run to completion for this token.
@@ -64,18 +65,18 @@ public struct MainOnceToken: ~Copyable, Sendable {
   /// Use it for assertions and to skip work that is already set up. Once `true`, it stays
   /// `true`, and everything the initializer wrote happens before the read that returned it.
   ///
-  /// When the token is done this is one acquiring load. Before, it also checks whether an
-  /// initialization for the token is in progress or has just finished (one more load, and a
-  /// lock if so), so that it is `true` as soon as any caller could have seen the end: for
-  /// example inside the completion handler of
+  /// When the token is done this is one acquiring load. Before, it takes MainOnce's lock to
+  /// ask whether an initialization has just finished that no caller has recorded in the token
+  /// yet (a completion-form call's), so that it is `true` as soon as any caller could have seen
+  /// the end: for example inside the completion handler of
   /// ``onceOnMain(token:completionQueue:file:line:_:completion:)-60dt3``.
   @inlinable
   public var isDone: Bool {
-    _storage.isDone
+    _word.isDone
   }
 
   /// The token's cell, to use only while the token is borrowed.
-  var cell: Cell {
-    _storage.cell(label: .token(name: name, declaration: declaration))
+  var cell: OnceCell {
+    OnceCell(word: _word.address, label: .token(name: name, declaration: declaration))
   }
 }

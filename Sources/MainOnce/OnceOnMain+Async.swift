@@ -68,11 +68,9 @@ func _onceOnMainAsyncSlowPath(
   // the call gets the cell.
   let cell = token.cell
   if MainContext.isCurrent {
-    return try OnceEngine.run(cell, policy: .mainQueue, site: site) {
-      try runTokenInitializer(initializer)
-    }
+    return try MainQueueEngine.run(cell, site: site) { try runTokenInitializer(initializer) }
   }
-  try await OnceEngine.suspend(cell, site: site) {
-    OnceEngine.erase { try runTokenInitializer(initializer) }
+  try await MainQueueEngine.suspend(cell, site: site) {
+    MainQueueEngine.erase { try runTokenInitializer(initializer) }
   }
 }

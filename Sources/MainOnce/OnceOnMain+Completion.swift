@@ -78,19 +78,21 @@ public func onceOnMain<Failure: Error>(
   }
   let waiter = Waiter(
     site: CallSite(file: file, line: line),
-    attempt: { OnceEngine.erase { () throws(Failure) in try runTokenInitializer(initializer) } },
-    delivery: .handler { resolution in
+    kind: .handler { resolution in
       let outcome: Result<Void, Failure> =
         switch resolution {
         case .failed(let error): .failure(error as! Failure)
         case .done: .success(())
-        case .yourTurn, .cancelled:
-          Diagnostics.internalInconsistency(
-            "a completion-form caller was resolved with \(resolution)")
+        case .cancelled:
+          Diagnostics.internalInconsistency("a completion-form caller was resolved as cancelled")
         }
       completionQueue.async { completion(outcome) }
-    })
-  if !OnceEngine.enqueue(waiter, for: token.cell) {
+    },
+    attempt: {
+      MainQueueEngine.erase { () throws(Failure) in try runTokenInitializer(initializer) }
+    },
+    storage: nil)
+  if !MainQueueEngine.enqueue(waiter, for: token.cell) {
     completionQueue.async { completion(.success(())) }
   }
 }

@@ -51,11 +51,18 @@ public func onceOnMain<Failure: Error>(
   column: UInt = #column,
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) {
-  try runOncePerObject(
-    object, policy: .mainQueue, operation: "onceOnMain(for:)",
-    CallSite(file: file, line: line, column: column)
-  ) { () throws(Failure) in
-    try MainActor.runIsolated(initializer)
+  let site = CallSite(file: file, line: line, column: column)
+  let cell = ObjectCells.cell(
+    for: object, at: site, operation: "onceOnMain(for:)", as: MainQueueObjectCell.self)
+  if cell.word.isPublished { return }
+  let label = CellLabel.object(
+    objectType: TypeName(type(of: object)), site: site, operation: "onceOnMain(for:)")
+  // `cell` is a class instance this call holds: its word stays in place until it returns.
+  try withExtendedLifetime(cell) { () throws(Failure) in
+    try MainQueueEngine.run(OnceCell(word: cell.word.address, label: label), site: site) {
+      () throws(Failure) -> UInt in
+      try runTokenInitializer(initializer)
+    }
   }
 }
 
@@ -94,27 +101,17 @@ public func runOnce<Failure: Error>(
   column: UInt = #column,
   _ body: () throws(Failure) -> Void
 ) throws(Failure) {
-  try runOncePerObject(
-    object, policy: .callingThread, operation: "runOnce(for:)",
-    CallSite(file: file, line: line, column: column), body)
+  let site = CallSite(file: file, line: line, column: column)
+  let cell = ObjectCells.cell(for: object, at: site, operation: "runOnce(for:)") {
+    RunOnceCell(
+      label: .object(objectType: TypeName(type(of: object)), site: site, operation: "runOnce(for:)")
+    )
+  }
+  try cell.run(site: site, body)
 }
 
-private func runOncePerObject<Failure: Error>(
-  _ object: AnyObject,
-  policy: OnceEngine.Policy,
-  operation: StaticString,
-  _ site: CallSite,
-  _ body: () throws(Failure) -> Void
-) throws(Failure) {
-  let box = ObjectCells.box(for: object, at: site, operation: operation)
-  if box.storage.isPublished { return }
-  let label = CellLabel.object(
-    typeName: String(describing: type(of: object)), site: site, operation: operation)
-  try withExtendedLifetime(box) { () throws(Failure) in
-    try OnceEngine.run(box.storage.cell(label: label), policy: policy, site: site) {
-      () throws(Failure) -> UInt in
-      try body()
-      return 1
-    }
-  }
+/// The storage of one object's `onceOnMain(for:)` call site: a class, so that a caller holds it
+/// in place for the length of its call, also after the object is gone.
+final class MainQueueObjectCell: Sendable {
+  let word = _OnceWord()
 }

@@ -83,16 +83,16 @@ func _onceOnMainSlowPath<Failure: Error>(
   _ site: CallSite,
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) {
-  try OnceEngine.run(token.cell, policy: .mainQueue, site: site) { () throws(Failure) -> UInt in
+  try MainQueueEngine.run(token.cell, site: site) { () throws(Failure) -> UInt in
     try runTokenInitializer(initializer)
   }
 }
 
 /// Runs a token's initializer in main context, as every form of ``onceOnMain(token:file:line:_:)``
-/// hands it to the engine: it returns the state of a done token.
+/// hands it to the engine: it returns the word of a done token, 0.
 func runTokenInitializer<Failure: Error>(
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) -> UInt {
   try MainActor.runIsolated(initializer)
-  return 1
+  return 0
 }

@@ -179,11 +179,24 @@ struct OnceOnMainTests {
   }
 }
 
-/// How many callers wait, queued behind the running initializer, for the cell whose label
-/// contains `text`.
+/// How many callers wait, queued behind the running initializer or body, for the cell whose
+/// label contains `text`: found through the deadlock detector's record of blocked threads, and
+/// counted by the cell under its own lock.
 func waitingCallers(labelContaining text: String) -> Int {
-  Registry.shared.withLock { registry in
-    registry.activeFlights.values.first { $0.label.description.contains(text) }?.queue
-      .filter { !$0.isRunning }.count ?? 0
+  let subjects = Detector.state.withLock { state in
+    state.waits.values.compactMap { wait -> (any WaitSubject)? in
+      guard case .subject(let subject, _) = wait.object,
+        subject.label.description.contains(text)
+      else { return nil }
+      return subject
+    }
   }
+  guard let subject = subjects.first else { return 0 }
+  if let flight = subject as? Flight {
+    return OnceCell.lock.withLock { flight.queue.filter { !$0.isRunning }.count }
+  }
+  if let cell = subject as? RunOnceCell {
+    return RunOnceCell.lock.withLock { cell.waiting.count }
+  }
+  return 0
 }

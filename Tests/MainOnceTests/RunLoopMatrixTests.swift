@@ -90,7 +90,9 @@ struct RunLoopMatrixTests {
     #expect(outcome.timedOut, "the hop cannot start, so the scenario cannot end")
     #expect(outcome.standardError.contains("queue introspection is off"))
     #expect(
-      outcome.standardError.contains("inside queue.sync within a main-queue block"),
+      outcome.standardError.contains(
+        "a caller that runs inside a queue.sync nested in a main-queue block holds the main queue"
+          + " itself"),
       "\(outcome.standardError)")
   }
 

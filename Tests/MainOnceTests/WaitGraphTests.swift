@@ -5,135 +5,199 @@ import Testing
 
 @testable import MainOnce
 
-/// The cycle check on a registry of its own, with edges as a thread leaves them between being
-/// released from a wait and taking it off the graph.
-@Suite("The wait-for graph")
+/// The cycle search and the evidence rule on a graph of the test's own, with threads that
+/// sleep in their waits, sleep elsewhere, spin, or serve.
+@Suite("The wait-for graph and its evidence")
 struct WaitGraphTests {
-  @Test("a flight wait whose caller has been resolved is no edge, though it is still recorded")
-  func resolvedFlightWait() async {
+  @Test("a wait for a once-cell whose caller has been resolved is no edge, though still recorded")
+  func resolvedCellWait() async {
     let outcome = await onThread { () -> (before: Bool, after: Bool) in
       let me = ThreadRecord.current.id
-      // `other` waits for an initializer that this thread runs; this thread waits for `other`.
-      var (registry, other, waiter) = Registry.withFlightWait(runBy: me)
-      let mine = BlockedWait(
-        object: .target(WaitTarget(kind: .thread(other))), operation: "test", site: site,
-        holdsMainQueue: false)
-      let before = registry.beginWait(mine, on: me, response: .abort).cycle
-      // The initializer returned: `other` is released, and has yet to take the lock.
-      Deliveries().resolving(waiter, .done)
-      let after = registry.cycle(closedBy: mine, on: me, .abort)
-      return (before.isReport, after == nil)
+      let other = ThreadID(rawValue: Int32.max)
+      // `other` waits for a cell whose initializer this thread runs; this thread waits for
+      // `other`.
+      let (theirs, ending) = RecordedWait.forCell(on: other, runBy: me)
+      let mine = RecordedWait.forThread(other, on: me, evidence: .sleepsInWait)
+      var state = DetectorState()
+      state.waits = [other: theirs, me: mine]
+      let before = state.cycle(closedBy: mine) != nil
+      // The initializer returned: `other` is resolved, and has yet to take its wait off.
+      ending.end()
+      return (before, state.cycle(closedBy: mine) == nil)
     }
     #expect(outcome?.before == true)
     #expect(outcome?.after == true)
   }
 
   @Test(
-    "the wait that closes a cycle counts as blocked only if it blocks on entry, unlike withTrackedWait"
+    "on the thread that closes a cycle, its own wait counts if it blocks on entry, not a withTrackedWait"
   )
-  func closingWaitThatComputesFirst() async {
+  func closingWait() async {
     let outcome = await onThread { () -> [String] in
       let me = ThreadRecord.current.id
-      // `other` waits for an initializer that this thread runs; this thread, running, is about
-      // to wait for `other`.
-      let (registry, other, _) = Registry.withFlightWait(runBy: me)
-      return [true, false].map { blocksOnEntry in
-        let mine = BlockedWait(
-          object: .target(WaitTarget(kind: .thread(other))), operation: "test", site: site,
-          holdsMainQueue: false, blocksOnEntry: blocksOnEntry)
-        return "\(blocksOnEntry): \(registry.cycle(closedBy: mine, on: me, .abort).verdict)"
+      let other = ThreadID(rawValue: Int32.max)
+      return [RecordedWait.Evidence.sleepsInWait, .opaque].map { evidence in
+        let (theirs, _) = RecordedWait.forCell(on: other, runBy: me)
+        let mine = RecordedWait.forThread(other, on: me, evidence: evidence)
+        return "\(evidence): \(verdict(closedBy: mine, waits: [other: theirs, me: mine]))"
       }
     }
-    #expect(outcome == ["true: report", "false: unsure"])
+    #expect(outcome == ["sleepsInWait: proven", "opaque: unsettled"])
   }
 
-  @Test("another thread's tracked wait proves a cycle only while the thread sleeps in it")
-  func trackedWaitOfAnotherThread() async {
+  @Test(
+    "another thread's semaphore wait proves a cycle only while the thread sleeps in futex in it")
+  func semaphoreWaitOfAnotherThread() async {
     let outcome = await onThread { () -> [String] in
       var verdicts: [String] = []
-      for behaviour in [OtherThread.Behaviour.sleeps, .spins] {
+      for behaviour in [OtherThread.Behaviour.sleepsInFutex, .sleepsInNanosleep, .spins] {
         let other = OtherThread(behaviour)
         defer { other.release() }
         let me = ThreadRecord.current.id
-        // `other` waits for this thread; this thread waits for an initializer `other` runs.
-        var registry = Registry()
-        let theirs = BlockedWait(
-          object: .target(WaitTarget(kind: .thread(me))), operation: "test", site: site,
-          holdsMainQueue: false)
-        registry.waits[other.id] = theirs
-        let flight = Flight(label: .token(name: "graph", declaration: site), policy: .mainQueue)
-        flight.runner = Runner(thread: other.id, site: site)
-        let waiter = Waiter(site: site, thread: me, attempt: nil, delivery: .inPlace)
-        flight.queue = [waiter]
-        let mine = BlockedWait(
-          object: .flight(flight, waiter), operation: "onceOnMain(token:)", site: site,
-          holdsMainQueue: false)
-        _ = registry.beginWait(mine, on: me, response: .abort)
-        verdicts.append("\(behaviour): \(registry.cycle(closedBy: mine, on: me, .abort).verdict)")
+        // `other` waits for this thread; this thread waits for a cell whose initializer
+        // `other` runs.
+        let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
+        let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
+        let waits = [other.id: theirs, me: mine]
+        verdicts.append("\(behaviour): \(verdict(closedBy: mine, waits: waits))")
         // Released: the wait is over, though `other` has not taken it off the graph.
-        theirs.end?.mark()
-        verdicts.append(
-          "\(behaviour), ended: \(registry.cycle(closedBy: mine, on: me, .abort).verdict)")
+        theirs.ended.store(true, ordering: .releasing)
+        verdicts.append("\(behaviour), ended: \(verdict(closedBy: mine, waits: waits))")
       }
       return verdicts
     }
     #expect(
       outcome == [
-        "sleeps: report", "sleeps, ended: none", "spins: unsure", "spins, ended: none",
+        "sleepsInFutex: proven", "sleepsInFutex, ended: gone",
+        "sleepsInNanosleep: unsettled", "sleepsInNanosleep, ended: gone",
+        "spins: unsettled", "spins, ended: gone",
+      ])
+  }
+
+  @Test("a thread that serves initializers, nested in its wait, is not waiting")
+  func servingThread() async {
+    let outcome = await onThread { () -> [String] in
+      let other = OtherThread(.sleepsInFutex)
+      defer { other.release() }
+      let me = ThreadRecord.current.id
+      let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
+      let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
+      let waits = [other.id: theirs, me: mine]
+      let serving = theirs.serving { verdict(closedBy: mine, waits: waits) }
+      return ["serving: \(serving)", "after: \(verdict(closedBy: mine, waits: waits))"]
+    }
+    #expect(outcome == ["serving: unsettled", "after: proven"])
+  }
+
+  @Test("a withTrackedWait counts only once its thread has not run at all for a stall timeout")
+  func opaqueWait() async {
+    let outcome = await onThread { () -> [String] in
+      var verdicts: [String] = []
+      for behaviour in [OtherThread.Behaviour.sleepsInFutex, .spins] {
+        let other = OtherThread(behaviour)
+        defer { other.release() }
+        let me = ThreadRecord.current.id
+        let theirs = RecordedWait.forThread(me, on: other.id, evidence: .opaque)
+        let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
+        let waits = [other.id: theirs, me: mine]
+        var baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
+        let first = verdict(closedBy: mine, waits: waits, baselines: &baselines)
+        let soon = verdict(closedBy: mine, waits: waits, baselines: &baselines)
+        // As if the first reading had been taken a stall timeout ago.
+        if let baseline = baselines[other.id] { baselines[other.id] = (baseline.progress, 0) }
+        let later = verdict(closedBy: mine, waits: waits, baselines: &baselines)
+        verdicts.append("\(behaviour): \(first), \(soon), \(later)")
+      }
+      return verdicts
+    }
+    #expect(
+      outcome == [
+        "sleepsInFutex: unsettled, unsettled, proven", "spins: unsettled, unsettled, unsettled",
       ])
   }
 }
 
-private let site = CallSite(file: #fileID, line: #line)
+private let graphSite = CallSite(file: #fileID, line: #line)
 
-extension Registry {
-  /// A registry in which a thread of no process, `other`, is blocked for an initializer that
-  /// `runner` runs, as `waiter`.
-  fileprivate static func withFlightWait(runBy runner: ThreadID) -> (
-    Registry, other: ThreadID, waiter: Waiter
+/// The verdict on the cycle `mine` closes in a graph of `waits`, asked on the closing thread.
+private func verdict(
+  closedBy mine: RecordedWait, waits: [ThreadID: RecordedWait],
+  baselines: inout [ThreadID: (progress: ThreadProgress, at: UInt64)]
+) -> String {
+  var state = DetectorState()
+  state.waits = waits
+  guard let cycle = state.cycle(closedBy: mine) else { return "gone" }
+  switch Evidence.settle(
+    cycle, closedBy: mine, onClosingThread: true, baselines: &baselines, graph: Locked(state))
+  {
+  case .proven: return "proven"
+  case .unsettled: return "unsettled"
+  case .gone: return "gone"
+  }
+}
+
+private func verdict(closedBy mine: RecordedWait, waits: [ThreadID: RecordedWait]) -> String {
+  var baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
+  return verdict(closedBy: mine, waits: waits, baselines: &baselines)
+}
+
+/// A once-cell whose initializer runs on a given thread.
+private final class Cell: WaitSubject {
+  let label = CellLabel.token(
+    name: StaticText("graph"), declaration: DeclarationSite(file: #fileID, line: #line))
+  let runner: ThreadID
+  let isWatchedForStalls = false
+  let epochNow: UInt = 0
+
+  init(runBy runner: ThreadID) { self.runner = runner }
+
+  func obstacle() -> Obstacle { .runner(runner, since: 0) }
+  func stallSnapshot() -> StallSnapshot? { nil }
+}
+
+/// The end of a caller's wait for a ``Cell``.
+private final class Ending: WaitEnding {
+  private let ended = Atomic(false)
+  var hasEnded: Bool { ended.load(ordering: .acquiring) }
+  var site: CallSite { graphSite }
+  func end() { ended.store(true, ordering: .releasing) }
+}
+
+extension RecordedWait {
+  /// `thread`'s wait for a cell whose initializer `runner` runs.
+  fileprivate static func forCell(on thread: ThreadID, runBy runner: ThreadID) -> (
+    RecordedWait, Ending
   ) {
-    let other = ThreadID(rawValue: Int32.max)
-    let flight = Flight(label: .token(name: "graph", declaration: site), policy: .callingThread)
-    flight.runner = Runner(thread: runner, site: site)
-    let waiter = Waiter(site: site, thread: other, attempt: nil, delivery: .inPlace)
-    flight.queue = [waiter]
-    var registry = Registry()
-    registry.waits[other] = BlockedWait(
-      object: .flight(flight, waiter), operation: "onceOnMain(token:)", site: site,
-      holdsMainQueue: false)
-    return (registry, other, waiter)
+    let ending = Ending()
+    let wait = RecordedWait(
+      on: thread, object: .subject(Cell(runBy: runner), ending), operation: "onceOnMain(token:)",
+      site: graphSite, holdsMainQueue: false, evidence: .resolution)
+    return (wait, ending)
+  }
+
+  /// `thread`'s tracked wait for `target`.
+  fileprivate static func forThread(
+    _ target: ThreadID, on thread: ThreadID, evidence: Evidence
+  ) -> RecordedWait {
+    RecordedWait(
+      on: thread, object: .target(WaitTarget(kind: .thread(target))), operation: "test",
+      site: graphSite, holdsMainQueue: false, evidence: evidence)
   }
 }
 
-extension Deliveries {
-  /// Resolves `waiter` as a finishing flight does, without waking anything.
-  fileprivate func resolving(_ waiter: Waiter, _ resolution: Resolution) {
-    var deliveries = self
-    deliveries.resolve(waiter, resolution)
-  }
-}
-
-extension Optional where Wrapped == Cycle {
-  fileprivate var isReport: Bool {
-    if case .report = self { true } else { false }
-  }
-
-  fileprivate var verdict: String {
-    switch self {
-    case .report: "report"
-    case .serviced: "serviced"
-    case .unsure: "unsure"
-    case nil: "none"
-    }
-  }
-}
-
-/// A thread the graph can name, asleep in a semaphore wait or spinning, until released.
+/// A thread the graph can name: asleep in a semaphore wait, asleep in `usleep`, or spinning,
+/// until released.
 private final class OtherThread: Sendable {
   enum Behaviour: CustomStringConvertible {
-    case sleeps, spins
+    case sleepsInFutex, sleepsInNanosleep, spins
 
-    var description: String { self == .sleeps ? "sleeps" : "spins" }
+    var description: String {
+      switch self {
+      case .sleepsInFutex: "sleepsInFutex"
+      case .sleepsInNanosleep: "sleepsInNanosleep"
+      case .spins: "spins"
+      }
+    }
   }
 
   private let recorded = DispatchSemaphore(value: 0)
@@ -146,14 +210,15 @@ private final class OtherThread: Sendable {
       tid.store(ThreadRecord.current.id.rawValue, ordering: .releasing)
       recorded.signal()
       switch behaviour {
-      case .sleeps: _ = released.wait(timeout: .now() + 30)
+      case .sleepsInFutex: _ = released.wait(timeout: .now() + 30)
+      case .sleepsInNanosleep: while !isReleased.load(ordering: .relaxed) { usleep(100_000) }
       case .spins: while !isReleased.load(ordering: .relaxed) {}
       }
     }.start()
     recorded.wait()
-    // Until the kernel says it sleeps, a sleeping thread is on its way into its wait.
+    // Until the kernel says it sleeps, a sleeping thread is on its way into its sleep.
     let deadline = ContinuousClock.now + .seconds(10)
-    while behaviour == .sleeps && ThreadSampler.isAsleep(id) != true
+    while behaviour != .spins && !ThreadSampler.reading(of: id).isAsleep
       && ContinuousClock.now < deadline
     {
       usleep(1_000)

@@ -20,16 +20,24 @@ const void *_Nullable mainonce_main_queue(void);
 
 /// Checks that libdispatch's queue layout is the one MainOnce reads: the main queue's label
 /// field holds the very pointer dispatch_queue_get_label returns, its serial number and width
-/// are 1, and on a private serial queue that this function creates the owner field reads
-/// nobody outside dispatch_sync_f and the calling thread inside it. Reads only the static main
-/// queue and the queue it owns. Returns 0 when every check passes, otherwise the number of the
-/// first check that failed.
+/// are 1, on a private serial queue that this function creates the owner field reads nobody
+/// outside dispatch_sync_f and the calling thread inside it, and the target field of a queue
+/// set to target it holds it. Reads only the static main queue and the queues it creates.
+/// Returns 0 when every check passes, otherwise the number of the first check that failed.
 int32_t mainonce_queue_layout_self_test(void);
 
 /// The kernel thread id in the low bits of `queue`'s lock word: the thread that drains it or
 /// runs sync on it, or the thread the main queue is bound to; 0 for nobody. `queue` must be a
 /// live queue and the layout verified.
 int32_t mainonce_queue_owner(const void *queue);
+
+/// The label of `queue`, as dispatch_queue_get_label returns it. Same conditions as
+/// mainonce_queue_owner.
+const char *_Nullable mainonce_queue_label(const void *queue);
+
+/// The queue `queue` targets: the next queue up its target chain, NULL past a root queue. Same
+/// conditions as mainonce_queue_owner.
+const void *_Nullable mainonce_queue_target(const void *queue);
 
 /// Whether `queue` is serial (width 1). Same conditions as mainonce_queue_owner.
 bool mainonce_queue_is_serial(const void *queue);

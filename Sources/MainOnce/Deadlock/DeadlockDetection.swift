@@ -102,7 +102,7 @@ public enum DeadlockDetection {
         at: site)
     }
     stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
-    Watchdog.settingsChanged()
+    Watchdog.wake()
   }
 
   /// Receives every report instead of standard error, for example to route it to a logger.
@@ -137,35 +137,6 @@ public enum DeadlockDetection {
   private static let stallTimeoutNanoseconds = Atomic<UInt64>(
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
   private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
-
-  /// Starts a tracked wait: records the wait, checks for a cycle, and reacts to a cycle unless
-  /// `recheck` finds that the wait no longer needs to block. Returns the wait it replaces on
-  /// this thread, for ``endWait(_:on:restoring:)``.
-  ///
-  /// A cycle closed by a wait that does not block on entry can be proven only once this thread
-  /// sleeps in it, so it is looked at from a thread of its own while this one goes on.
-  static func beginWait(
-    _ wait: BlockedWait, on thread: ThreadID, recheck: (() -> Bool)?
-  ) -> BlockedWait? {
-    let response = cycleResponse
-    let (previous, cycle) = Registry.shared.withLock { registry in
-      registry.beginWait(wait, on: thread, response: response)
-    }
-    if wait.blocksOnEntry {
-      cycle?.handle(at: wait.site, recheck: recheck)
-    } else if let cycle {
-      // Should no thread start, the cycle goes unproven; the watchdog still reports the stall.
-      _ = Platform.startThread { cycle.handle(at: wait.site) }
-    }
-    return previous
-  }
-
-  /// Ends `wait`, putting back the one it replaced. Its end is marked first, before the lock
-  /// is taken (see ``WaitEnd``).
-  static func endWait(_ wait: BlockedWait, on thread: ThreadID, restoring previous: BlockedWait?) {
-    wait.end?.mark()
-    Registry.shared.withLock { $0.endWait(on: thread, restoring: previous) }
-  }
 }
 
 extension DeadlockDetection.Response {

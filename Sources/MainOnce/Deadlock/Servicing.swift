@@ -1,3 +1,5 @@
+internal import Synchronization
+
 /// The `service` policy (``DeadlockDetection/Response/service``): main-queue code that blocks
 /// in a tracked wait runs, in place, the MainOnce initializers its wait depends on.
 ///
@@ -5,14 +7,17 @@
 /// initializer that needs the main queue. The main-queue thread holds the main queue, so it can
 /// run that initializer itself, nested in its wait, as a run loop nested in main-queue code runs
 /// other main-queue work. The initializer's caller is answered as if a hop had run it, the
-/// worker goes on, and the wait ends normally.
+/// worker goes on, and the wait ends normally. While it serves, the thread is not waiting: the
+/// deadlock detector does not count its wait (``RecordedWait/serving``).
 ///
 /// A wait serves before it blocks: the initializers that threads it depends on (through the
 /// wait-for graph) already wait for. Semaphore and group waits without a deadline also serve
-/// while they block: the wait itself happens off the thread, which parks at a ``ServiceDesk``
-/// that the end of the wait or a worker that closes a cycle through it wakes. Other tracked
-/// waits (`withTrackedWait`, `trackedSync`) cannot be interrupted: a cycle that forms after they
-/// block is stopped with the usual report, as is any cycle that no initializer can break.
+/// while they block: the wait itself happens on a thread of MainOnce's own (never a libdispatch
+/// worker, which may all be busy), and the main-queue thread parks at a ``ServiceDesk`` that the
+/// end of the wait wakes, and so does every thread that forms a cycle through it, proven or not
+/// (waking it again is harmless: it serves what it can and parks again). Other tracked waits
+/// (`withTrackedWait`, `trackedSync`) cannot be interrupted: a cycle that forms after they block
+/// is stopped as under `abort`, as is any cycle that no initializer can break.
 enum Servicing {
   /// Whether a wait by code in main context is to serve initializers.
   static func applies(holdingMainQueue: Bool) -> Bool {
@@ -21,29 +26,32 @@ enum Servicing {
 
   /// Runs, in place, each initializer that `wait` depends on and that waits for the main queue,
   /// until none is left. The caller holds the main queue.
-  static func serve(_ wait: BlockedWait, on thread: ThreadRecord) {
-    while let (flight, first) = Registry.shared.withLock({
-      $0.claimFlight(servedBy: wait, on: thread.id)
-    }) {
-      OnceEngine.drive(flight, from: first, on: thread)
+  static func serve(_ wait: RecordedWait, on thread: ThreadRecord) {
+    while let flight = Detector.state.withLock({ $0.serviceableFlight(for: wait) }) {
+      wait.serving { MainQueueEngine.driveInPlace(flight, on: thread) }
     }
   }
 
-  /// Waits as `start` does, off the calling thread, serving initializers until the wait ends.
-  /// `start` begins the wait and calls its argument once the wait is over.
+  /// Waits as `start` does, serving initializers until the wait ends. `start` runs on a thread
+  /// of MainOnce's own; it waits, then calls its argument.
   static func wait(
-    _ blocked: BlockedWait, on thread: ThreadRecord,
-    start: (@escaping @Sendable () -> Void) -> Void
+    for target: WaitTarget, operation: StaticString, site: CallSite, on thread: ThreadRecord,
+    start: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
   ) {
-    let desk = ServiceDesk(end: blocked.end!)
-    var blocked = blocked
-    blocked.desk = desk
-    serve(blocked, on: thread)
-    let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: nil)
-    defer { DeadlockDetection.endWait(blocked, on: thread.id, restoring: previous) }
-    start { desk.finish() }
+    let desk = ServiceDesk()
+    let wait = RecordedWait(
+      on: thread.id, object: .target(target), operation: operation, site: site,
+      holdsMainQueue: true, evidence: .sleepsInWait, desk: desk)
+    serve(wait, on: thread)
+    Detector.begin(wait)
+    defer { Detector.end(wait) }
+    let status = Platform.startThread { start { desk.finish() } }
+    if status != 0 {
+      // No thread to wait on: wait here, without serving.
+      return start {}
+    }
     while true {
-      serve(blocked, on: thread)
+      serve(wait, on: thread)
       if desk.isFinished { return }
       desk.park()
     }
@@ -51,20 +59,15 @@ enum Servicing {
 }
 
 /// Where a main-queue wait that serves initializers parks: woken when the wait ends, or when a
-/// worker closes a cycle through it.
+/// thread forms a cycle through it.
 final class ServiceDesk: Sendable {
   private let parking = Parking()
-  /// The end of the wait this desk serves.
-  private let end: WaitEnd
+  private let finished = Atomic(false)
 
-  init(end: WaitEnd) {
-    self.end = end
-  }
-
-  var isFinished: Bool { end.isMarked }
+  var isFinished: Bool { finished.load(ordering: .acquiring) }
 
   func finish() {
-    end.mark()
+    finished.store(true, ordering: .releasing)
     parking.signal()
   }
 
@@ -73,21 +76,20 @@ final class ServiceDesk: Sendable {
   func park() { parking.wait() }
 }
 
-extension Registry {
-  /// An initializer that `wait` depends on through the wait-for graph, that waits for the main
-  /// queue and that nobody runs: made `thread`'s to run in place. `nil` if there is none.
-  mutating func claimFlight(servedBy wait: BlockedWait, on thread: ThreadID) -> (
-    Flight, first: Waiter
-  )? {
-    var visited: Set<ThreadID> = [thread]
+extension DetectorState {
+  /// A main-queue flight that `wait` depends on through the wait-for graph, that waits for the
+  /// main queue and that nobody runs. `nil` if there is none.
+  func serviceableFlight(for wait: RecordedWait) -> Flight? {
+    var visited: Set<ThreadID> = [wait.thread]
     var pending = [wait]
     while let wait = pending.popLast() {
       var found: Flight?
-      forEachBlocker(of: wait, asker: thread, askerHoldsMainQueue: true) { blocker in
+      forEachBlocker(of: wait) { blocker in
         guard visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
           next.canBeInCycle
         else { return true }
-        if case .flight(let flight, _) = next.object, flight.awaitsMainQueue, !flight.queue.isEmpty
+        if case .subject(let subject, _) = next.object, let flight = subject as? Flight,
+          flight.obstacle() == .mainQueue
         {
           found = flight
           return false
@@ -95,7 +97,7 @@ extension Registry {
         pending.append(next)
         return true
       }
-      if let found, let first = startNextAttempt(of: found, on: thread) { return (found, first) }
+      if let found { return found }
     }
     return nil
   }

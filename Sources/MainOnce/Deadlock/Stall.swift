@@ -1,8 +1,8 @@
 internal import CMainOnceShims
 
-/// A flight due for a look, as the watchdog saw it under the lock.
+/// A subject due for a look, as the watchdog saw it under the lock.
 struct Look {
-  /// What keeps the flight's callers waiting.
+  /// What keeps the subject's callers waiting.
   enum InTheWay {
     /// An initializer runs on this thread.
     case runner(ThreadID, since: UInt64)
@@ -32,19 +32,21 @@ struct Look {
     var count = 0
   }
 
-  let flight: Flight
+  let subject: any WaitSubject
   let callers: [Callers]
-  /// When the oldest caller started waiting, and when the watchdog looked.
+  /// When the oldest caller started waiting, and when the watchdog looked: `since <= now`.
   let since: UInt64
   let now: UInt64
   let timeout: UInt64
   let inTheWay: InTheWay
   /// The tracked wait the thread in the way is blocked in, described, if it is in one.
   let trackedWait: String?
+  /// What else to say about the subject.
+  let notes: [String]
   /// Where a stop is attributed: the oldest caller's call.
-  let site: CallSite
+  let site: CallSite?
 
-  var label: CellLabel { flight.label }
+  var label: CellLabel { subject.label }
 
   var callerCount: Int { callers.reduce(0) { $0 + $1.count } }
 
@@ -60,7 +62,7 @@ struct Look {
 
   /// The report of `finding`. `isStuck`: the thread in the way has not run since the last look.
   func report(_ finding: Finding, isStuck: Bool, stops: Bool) -> DeadlockReport {
-    let waited = formatDuration(now - since)
+    let waited = formatDuration(now &- since)
     var lines: [String]
     if callerCount == 1, let only = callers.first {
       let who = only.threads.first.map { "\($0)" } ?? "a \(only.kind)"
@@ -74,7 +76,7 @@ struct Look {
       lines += callers.map { "  \(Self.describe($0))" }
     }
     let (finding, hint) = explain(finding, isStuck: isStuck)
-    lines += finding.map { "  " + $0 }
+    lines += (finding + notes).map { "  " + $0 }
     lines.append("hint: " + hint)
     return DeadlockReport(
       kind: .stall, stopsProcess: stops && isStuck, text: lines.joined(separator: "\n"))
@@ -101,7 +103,7 @@ struct Look {
     switch inTheWay {
     case .runner(let runner, let since):
       var lines = [
-        "the \(label.work) has run on \(runner) for \(formatDuration(Platform.monotonicNanoseconds() - since)); it is \(state)"
+        "the \(label.work) has run on \(runner) for \(formatDuration(now &- since)); it is \(state)"
       ]
       if let trackedWait { lines.append("\(runner) waits for \(trackedWait)") }
       return (
@@ -111,7 +113,7 @@ struct Look {
     case .builder(let since):
       return (
         [
-          "the builder has run on the main actor for \(formatDuration(Platform.monotonicNanoseconds() - since)); it may be suspended in an await"
+          "the builder has run on the main actor for \(formatDuration(now &- since)); it may be suspended in an await"
         ], "waiting goes on until the build ends"
       )
     case .mainQueue(let owner):
@@ -130,11 +132,14 @@ struct Look {
       return (
         [
           "dispatchMain() serves the main queue from worker threads, and MainOnce cannot read"
-            + " which one holds it (queue introspection is off)",
-          "a caller inside queue.sync within a main-queue block holds the main queue itself, and"
-            + " its hop can never start",
+            + " which one holds it, or what that thread does (queue introspection is off)",
+          "a caller that runs inside a queue.sync nested in a main-queue block holds the main"
+            + " queue itself, and its hop can never start; so does main-queue code that waits"
+            + " for one of these callers",
         ],
-        "call MainOnce outside that sync, or use the async or completion form"
+        "turn queue introspection on (unset MAINONCE_QUEUE_INTROSPECTION) to see which thread"
+          + " holds the main queue; call MainOnce outside such a sync, or use the async or"
+          + " completion form"
       )
     }
   }
@@ -186,7 +191,7 @@ struct Look {
       return (
         [
           "the main queue is held by \(name), which is \(state): its loop has not drained the"
-            + " main queue's work for \(formatDuration(now - since))"
+            + " main queue's work for \(formatDuration(now &- since))"
         ],
         "drain whenever MainQueueDriver.fileDescriptor is readable: keep it in the set the loop"
           + " waits on, level-triggered, and call MainQueueDriver.drain() without reading it first"
@@ -241,28 +246,33 @@ struct Finding {
   }
 }
 
-extension Registry {
-  /// What the watchdog needs to know about `flight` to look at it outside the lock.
-  func look(at flight: Flight, now: UInt64, timeout: UInt64) -> Look {
+extension DetectorState {
+  /// What the watchdog needs to know about `subject`, whose callers are `snapshot`, to look at it
+  /// outside the lock.
+  func look(
+    at subject: any WaitSubject, _ snapshot: StallSnapshot, now: UInt64, since: UInt64,
+    timeout: UInt64
+  ) -> Look {
     var callers: [Look.Callers] = []
-    var oldest: Waiter?
-    for waiter in flight.queue where waiter.isWaiting {
-      if oldest == nil || waiter.since < oldest!.since { oldest = waiter }
-      let (kind, call) = Self.describe(waiter, label: flight.label)
+    var oldest: StallSnapshot.Caller?
+    for caller in snapshot.callers {
+      if oldest == nil || caller.since < oldest!.since { oldest = caller }
+      let at = subject.label.hasCallSites ? " at \(caller.site)" : ""
+      let kind = caller.kind.rawValue
+      let call = "\(caller.kind == .task ? "await " : "")\(subject.label.operation)\(at)"
       if let index = callers.firstIndex(where: { $0.kind == kind && $0.call == call }) {
         callers[index].count += 1
-        if let thread = waiter.thread { callers[index].threads.append(thread) }
+        if let thread = caller.thread { callers[index].threads.append(thread) }
       } else {
         callers.append(
-          .init(kind: kind, call: call, threads: waiter.thread.map { [$0] } ?? [], count: 1))
+          .init(kind: kind, call: call, threads: caller.thread.map { [$0] } ?? [], count: 1))
       }
     }
     let inTheWay: Look.InTheWay
-    if let runner = flight.runner {
-      inTheWay =
-        runner.task != nil
-        ? .builder(since: runner.since) : .runner(runner.thread, since: runner.since)
-    } else {
+    switch snapshot.obstacle {
+    case .runner(let thread, let since): inTheWay = .runner(thread, since: since)
+    case .builder(let since): inTheWay = .builder(since: since)
+    case .mainQueue, .nothing:
       switch QueueOwnership.ownerOfMainQueue() {
       case .thread(let owner): inTheWay = .mainQueue(owner)
       case .nobody: inTheWay = .nobody
@@ -270,22 +280,11 @@ extension Registry {
       }
     }
     return Look(
-      flight: flight, callers: callers, since: oldest?.since ?? now, now: now, timeout: timeout,
+      subject: subject, callers: callers, since: since, now: now, timeout: timeout,
       inTheWay: inTheWay,
-      trackedWait: inTheWay.thread.flatMap { waits[$0] }.map {
-        "\(DeadlockReport.describe($0.object)) in \($0.call)"
-      },
-      site: oldest?.site ?? flight.label.declaration)
-  }
-
-  /// How a waiting caller waits, and in which call.
-  private static func describe(_ waiter: Waiter, label: CellLabel) -> (String, String) {
-    let at = label.hasCallSites ? " at \(waiter.site)" : ""
-    switch waiter.delivery {
-    case .parked: return ("thread", "\(label.operation)\(at)")
-    case .task: return ("task", "await \(label.operation)\(at)")
-    case .handler, .inPlace: return ("completion handler", "\(label.operation)\(at)")
-    }
+      trackedWait: inTheWay.thread.flatMap { waits[$0] }.map { "\($0.waitsFor) in \($0.call)" },
+      notes: snapshot.notes,
+      site: subject.label.hasCallSites ? oldest?.site : subject.label.attribution)
   }
 }
 

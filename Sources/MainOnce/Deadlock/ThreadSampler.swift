@@ -80,10 +80,22 @@ enum ThreadSampler {
     return readings.suffix(3).allSatisfy { $0 == last } ? last : ThreadActivity(activity: .running)
   }
 
-  /// Whether `thread` is asleep right now: blocked, not running or runnable (state `S` or `D`
-  /// in `/proc/self/task/<tid>/stat`). `nil` where `/proc` does not say.
-  static func isAsleep(_ thread: ThreadID) -> Bool? {
-    state(of: thread).map { $0 == "S" || $0 == "D" }
+  /// One reading of `thread`: its state, what it is blocked in, and how much it has run, read in
+  /// that order.
+  struct Reading {
+    let isAsleep: Bool
+    let activity: ThreadActivity.Activity
+    let progress: ThreadProgress?
+
+    /// Asleep (state `S` or `D`) in `futex`: a lock, semaphore or condition wait.
+    var isAsleepInFutex: Bool { isAsleep && activity == .blockedOnLock }
+  }
+
+  static func reading(of thread: ThreadID) -> Reading {
+    let state = state(of: thread)
+    return Reading(
+      isAsleep: state == "S" || state == "D", activity: activity(of: thread).activity,
+      progress: progress(of: thread))
   }
 
   /// One reading of `thread`'s state.
@@ -107,11 +119,16 @@ enum ThreadSampler {
   }
 
   private static func contents(of path: String) -> String? {
-    let descriptor = open(path, O_RDONLY)
+    var descriptor: Int32
+    repeat { descriptor = open(path, O_RDONLY) } while descriptor < 0 && errno == EINTR
     guard descriptor >= 0 else { return nil }
-    defer { close(descriptor) }
+    // A failed close of a file only read loses nothing.
+    defer { _ = close(descriptor) }
     var buffer = [UInt8](repeating: 0, count: 512)
-    let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+    var count: Int
+    repeat {
+      count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+    } while count < 0 && errno == EINTR
     guard count > 0 else { return nil }
     return String(decoding: buffer.prefix(count), as: UTF8.self)
   }

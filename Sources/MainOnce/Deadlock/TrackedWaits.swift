@@ -1,17 +1,18 @@
 public import Dispatch
+internal import Synchronization
 
 /// Performs a blocking wait that MainOnce's deadlock detector can see.
 ///
 /// Before `wait` runs, MainOnce records that the calling thread waits for `target` and checks
 /// the wait-for graph. If `target` already waits, directly or through other threads, for the
 /// calling thread (for example a thread blocked in ``onceOnMain(token:file:line:_:)`` while the
-/// caller holds the main queue), the wait can never end once the calling thread sleeps in it:
-/// MainOnce stops the process with a report then (see ``DeadlockDetection``). Since `wait` may
-/// compute before it blocks, or return without blocking, the proof waits, for up to 100 ms on a
-/// thread of its own, until `/proc` says the calling thread sleeps in `wait`; `wait` runs
-/// meanwhile. A cycle not proven by then is left to the watchdog, which reports the stall. The
-/// same check runs, from the other side, when a thread blocks for the main queue while a
-/// tracked wait on the main queue waits for it.
+/// caller holds the main queue), the wait may never end. MainOnce cannot see inside `wait`: it
+/// may compute, sleep for another reason, or return. So it stops the process (see
+/// ``DeadlockDetection``) only on evidence that nothing will change: the calling thread sleeps
+/// in `futex` and has not run at all for a whole stall timeout, with every other thread on the
+/// cycle blocked in its own wait. The watchdog looks for that evidence, so such a stop comes one
+/// stall timeout after the cycle formed at the earliest. A semaphore or group wait is proven
+/// sooner: use `DispatchSemaphore.wait(for:)` or `DispatchGroup.wait(for:)` where you can.
 ///
 /// ```swift
 /// let indexer = WaitTarget.work("indexer")
@@ -40,7 +41,8 @@ public func withTrackedWait<Result, Failure: Error>(
 ) throws(Failure) -> Result {
   try trackingWait(
     for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
-    blocksOnEntry: false, wait)
+    evidence: .opaque
+  ) { (_) throws(Failure) in try wait() }
 }
 
 extension DispatchSemaphore {
@@ -115,46 +117,36 @@ extension DispatchGroup {
 }
 
 /// What the tracked waits of `DispatchSemaphore` and `DispatchGroup` share: both wait with or
-/// without a deadline, and can be waited for off the calling thread.
+/// without a deadline.
 protocol TrackableWait: AnyObject, Sendable {
   func wait()
   func wait(timeout: DispatchTime) -> DispatchTimeoutResult
-  /// Calls `done`, from another thread, once ``wait()`` would have returned.
-  func notifyAfterWaiting(_ done: @escaping @Sendable () -> Void)
 }
 
-extension DispatchSemaphore: TrackableWait {
-  func notifyAfterWaiting(_ done: @escaping @Sendable () -> Void) {
-    DispatchQueue.global().async {
-      self.wait()
-      done()
-    }
-  }
-}
-
-extension DispatchGroup: TrackableWait {
-  func notifyAfterWaiting(_ done: @escaping @Sendable () -> Void) {
-    notify(queue: .global(), execute: done)
-  }
-}
+extension DispatchSemaphore: TrackableWait {}
+extension DispatchGroup: TrackableWait {}
 
 extension TrackableWait {
   /// A tracked wait without a deadline. Returns at once, recording nothing, if the wait is over
   /// already; serves initializers while it waits under the `service` policy.
   func trackedWait(for target: WaitTarget, operation: StaticString, site: CallSite) {
     if wait(timeout: .now()) == .success { return }
-    if let serviced = ServicedWait(for: target, operation: operation, site: site) {
-      // The wait happens off this thread, which serves initializers meanwhile.
-      return serviced.run(notifyAfterWaiting)
+    let thread = ThreadRecord.current
+    if Servicing.applies(holdingMainQueue: MainContext.isCurrent(on: thread)) {
+      // The wait happens on a thread of MainOnce's own; this one serves initializers meanwhile.
+      return Servicing.wait(for: target, operation: operation, site: site, on: thread) { done in
+        self.wait()
+        done()
+      }
     }
     var isOver = false
     trackingWait(
-      for: target, operation: operation, site: site,
+      for: target, operation: operation, site: site, evidence: .sleepsInWait,
       recheck: {
         isOver = self.wait(timeout: .now()) == .success
         return isOver
       }
-    ) { if !isOver { wait() } }
+    ) { _ in if !isOver { wait() } }
   }
 
   /// A tracked wait with a deadline: recorded for reports, never part of a proven cycle.
@@ -162,9 +154,9 @@ extension TrackableWait {
     for target: WaitTarget, timeout: DispatchTime, operation: StaticString, site: CallSite
   ) -> DispatchTimeoutResult {
     if wait(timeout: .now()) == .success { return .success }
-    return trackingWait(for: target, operation: operation, site: site, hasDeadline: true) {
-      wait(timeout: timeout)
-    }
+    return trackingWait(
+      for: target, operation: operation, site: site, hasDeadline: true, evidence: .sleepsInWait
+    ) { _ in wait(timeout: timeout) }
   }
 }
 
@@ -185,65 +177,47 @@ extension DispatchQueue {
     file: StaticString = #fileID, line: UInt = #line,
     execute work: () throws(Failure) -> Result
   ) throws(Failure) -> Result {
+    let site = CallSite(file: file, line: line)
+    QueueOwnership.stopIfSyncWouldWaitForItself(on: self, at: site)
     let target = WaitTarget.queue(self, file: file, line: line)
     return try trackingWait(
-      for: target, operation: "DispatchQueue.trackedSync", site: CallSite(file: file, line: line)
-    ) { () throws(Failure) in
+      for: target, operation: "DispatchQueue.trackedSync", site: site, evidence: .syncOnQueue
+    ) { (recorded) throws(Failure) in
       var outcome: Swift.Result<Result, Failure>?
-      sync { outcome = Swift.Result { () throws(Failure) in try work() } }
+      sync {
+        recorded.entered.store(true, ordering: .releasing)
+        outcome = Swift.Result { () throws(Failure) in try work() }
+      }
       return try outcome!.get()
     }
   }
 }
 
-/// Registers a blocking wait for the deadlock detector around `wait`.
+/// Records a blocking wait for the deadlock detector around `wait`, which it passes the record.
 ///
-/// A cycle is proven only for a wait that would block with no deadline. `recheck`, if given,
-/// tries to finish the wait without blocking; when a cycle is found it is tried once more, so
-/// that a signal that arrived meanwhile is not taken for a deadlock (`wait` must then return at
-/// once). `blocksOnEntry` says whether `wait` blocks as soon as it starts (see
-/// ``BlockedWait/blocksOnEntry``).
+/// A cycle is proven only for a wait that would block with no deadline, on the evidence
+/// `evidence` names. `recheck`, if given, tries to finish the wait without blocking; when a
+/// cycle is proven it is tried once more, so that a signal that arrived meanwhile is not taken
+/// for a deadlock (`wait` must then return at once). Under the `service` policy, main-queue code
+/// first runs the initializers its wait depends on.
 func trackingWait<Result, Failure: Error>(
   for target: WaitTarget,
   operation: StaticString,
   site: CallSite,
   hasDeadline: Bool = false,
-  blocksOnEntry: Bool = true,
+  evidence: RecordedWait.Evidence,
   recheck: (() -> Bool)? = nil,
-  _ wait: () throws(Failure) -> Result
+  _ wait: (RecordedWait) throws(Failure) -> Result
 ) throws(Failure) -> Result {
   let thread = ThreadRecord.current
-  let blocked = BlockedWait(
-    object: .target(target), operation: operation, site: site,
+  let recorded = RecordedWait(
+    on: thread.id, object: .target(target), operation: operation, site: site,
     holdsMainQueue: MainContext.isCurrent(on: thread), hasDeadline: hasDeadline,
-    blocksOnEntry: blocksOnEntry)
-  if Servicing.applies(holdingMainQueue: blocked.holdsMainQueue) {
-    Servicing.serve(blocked, on: thread)
+    evidence: evidence)
+  if Servicing.applies(holdingMainQueue: recorded.holdsMainQueue) {
+    Servicing.serve(recorded, on: thread)
   }
-  let previous = DeadlockDetection.beginWait(blocked, on: thread.id, recheck: recheck)
-  defer { DeadlockDetection.endWait(blocked, on: thread.id, restoring: previous) }
-  return try wait()
-}
-
-/// A tracked wait without a deadline, by main-queue code under the `service` policy: it serves
-/// initializers while it waits (see ``Servicing``). `nil` where the policy does not apply.
-struct ServicedWait {
-  private let blocked: BlockedWait
-  private let thread: ThreadRecord
-
-  init?(for target: WaitTarget, operation: StaticString, site: CallSite) {
-    let thread = ThreadRecord.current
-    guard Servicing.applies(holdingMainQueue: MainContext.isCurrent(on: thread)) else {
-      return nil
-    }
-    self.thread = thread
-    blocked = BlockedWait(
-      object: .target(target), operation: operation, site: site, holdsMainQueue: true)
-  }
-
-  /// Starts the wait with `start`, which calls its argument when the wait is over, and serves
-  /// initializers until then.
-  func run(_ start: (@escaping @Sendable () -> Void) -> Void) {
-    Servicing.wait(blocked, on: thread, start: start)
-  }
+  Detector.begin(recorded, recheck: recheck)
+  defer { Detector.end(recorded) }
+  return try wait(recorded)
 }

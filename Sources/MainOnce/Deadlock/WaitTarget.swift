@@ -101,8 +101,8 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
         at: CallSite(file: file, line: line))
     }
     let thread = ThreadRecord.current.id
-    Registry.shared.withLock { $0.beginPerforming(id, on: thread) }
-    defer { Registry.shared.withLock { $0.endPerforming(id, on: thread) } }
+    Detector.state.withLock { $0.beginPerforming(id, on: thread) }
+    defer { Detector.state.withLock { $0.endPerforming(id, on: thread) } }
     return try body()
   }
 

@@ -6,36 +6,55 @@
   internal import Darwin
 #endif
 
-/// State guarded by a `pthread_mutex_t`.
+/// A `pthread_mutex_t`.
 ///
-/// MainOnce does not use `Synchronization.Mutex` here: on Linux its futex is invisible to
+/// MainOnce does not use `Synchronization.Mutex`: on Linux its futex is invisible to
 /// ThreadSanitizer, which then reports every access it guards as a data race (measured with
-/// Swift 6.3.1). TSan intercepts `pthread_mutex_lock`, so `swift test --sanitize=thread` sees
-/// the happens-before edges this lock creates.
-final class Locked<State>: @unchecked Sendable {
-  // This is safe because `state` is only read or written between `pthread_mutex_lock` and
-  // `pthread_mutex_unlock` on `mutex`, in `withLock`.
+/// Swift 6.3.1). TSan intercepts `pthread_mutex_lock`, so `swift test --sanitize=thread` sees the
+/// happens-before edges this lock creates. Every return code is checked: a failure means the
+/// mutex is corrupt or used wrongly, and MainOnce stops rather than go on unguarded.
+final class Lock: @unchecked Sendable {
+  // This is safe because the mutex is only used through pthread calls, which synchronize.
   private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-  // Unchecked: the mutex already makes every access exclusive.
+
+  init() {
+    mutex = .allocate(capacity: 1)
+    mutex.initialize(to: pthread_mutex_t())
+    Self.check(pthread_mutex_init(mutex, nil), "pthread_mutex_init")
+  }
+
+  deinit {
+    Self.check(pthread_mutex_destroy(mutex), "pthread_mutex_destroy")
+    mutex.deallocate()
+  }
+
+  func withLock<Result, Failure: Error>(
+    _ body: () throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    Self.check(pthread_mutex_lock(mutex), "pthread_mutex_lock")
+    defer { Self.check(pthread_mutex_unlock(mutex), "pthread_mutex_unlock") }
+    return try body()
+  }
+
+  private static func check(_ status: Int32, _ call: StaticString) {
+    if status != 0 { Diagnostics.internalInconsistency("\(call) failed with \(status)") }
+  }
+}
+
+/// State guarded by a ``Lock``.
+final class Locked<State>: @unchecked Sendable {
+  // This is safe because `state` is only read or written inside `lock.withLock`.
+  private let lock = Lock()
+  // Unchecked: the lock already makes every access exclusive.
   @exclusivity(unchecked) private var state: State
 
   init(_ state: State) {
     self.state = state
-    mutex = .allocate(capacity: 1)
-    mutex.initialize(to: pthread_mutex_t())
-    pthread_mutex_init(mutex, nil)
-  }
-
-  deinit {
-    pthread_mutex_destroy(mutex)
-    mutex.deallocate()
   }
 
   func withLock<Result, Failure: Error>(
     _ body: (inout State) throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    pthread_mutex_lock(mutex)
-    defer { pthread_mutex_unlock(mutex) }
-    return try body(&state)
+    try lock.withLock { () throws(Failure) -> Result in try body(&state) }
   }
 }

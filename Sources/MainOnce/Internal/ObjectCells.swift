@@ -6,17 +6,11 @@
 /// reference empty (or pointing elsewhere) and starts a fresh entry, so its call sites run
 /// again. Stale entries are swept when the table has doubled since the last sweep.
 enum ObjectCells {
-  /// One call site's storage for one object. A class, so that a caller can keep it alive (and
-  /// in place) for the length of its call, also after the entry was replaced or swept.
-  final class Box: Sendable {
-    let storage = _OnceStorage()
-  }
-
   /// One object's cells. A class, so that a lookup does not copy the cell table.
   final class Entry {
     weak var object: AnyObject?
     // Unchecked: only touched under the table's lock, which makes every access exclusive.
-    @exclusivity(unchecked) var cells: [CallSite: Box] = [:]
+    @exclusivity(unchecked) var cells: [CallSite: AnyObject] = [:]
 
     init(object: AnyObject) {
       self.object = object
@@ -36,14 +30,15 @@ enum ObjectCells {
 
   static let table = Locked(Table())
 
-  /// The box holding `site`'s storage in the current lifetime of `object`.
+  /// The cell of `site` in the current lifetime of `object`, made with `make` the first time.
   ///
   /// An object in its `deinit` cannot be told from a new object at a reused address: a weak
   /// reference to it reads `nil` in both cases. A call from there stops the process instead of
   /// running the call site a second time.
-  static func box(
-    for object: AnyObject, at site: CallSite, operation: StaticString
-  ) -> Box {
+  static func cell<Cell: AnyObject>(
+    for object: AnyObject, at site: CallSite, operation: StaticString,
+    as: Cell.Type = Cell.self, make: () -> Cell
+  ) -> Cell {
     weak let probe = object
     guard probe != nil else {
       Diagnostics.fail(
@@ -54,7 +49,7 @@ enum ObjectCells {
         """,
         at: site)
     }
-    return table.withLock { table in
+    let cell = table.withLock { table -> AnyObject in
       let key = ObjectIdentifier(object)
       let entry: Entry
       if let existing = table.entries[key], existing.object === object {
@@ -64,10 +59,20 @@ enum ObjectCells {
         entry = Entry(object: object)
         table.entries[key] = entry
       }
-      if let box = entry.cells[site] { return box }
-      let box = Box()
-      entry.cells[site] = box
-      return box
+      if let cell = entry.cells[site] { return cell }
+      let cell = make()
+      entry.cells[site] = cell
+      return cell
     }
+    return cell as! Cell
+  }
+}
+
+extension ObjectCells {
+  static func cell(
+    for object: AnyObject, at site: CallSite, operation: StaticString,
+    as: MainQueueObjectCell.Type
+  ) -> MainQueueObjectCell {
+    cell(for: object, at: site, operation: operation) { MainQueueObjectCell() }
   }
 }

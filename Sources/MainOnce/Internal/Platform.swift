@@ -52,6 +52,8 @@ enum Platform {
       var offset = 0
       while offset < bytes.count {
         let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+        if written < 0 && errno == EINTR { continue }
+        // Standard error is closed or full: there is nowhere else to say anything.
         if written <= 0 { return }
         offset += written
       }
@@ -73,7 +75,10 @@ enum Platform {
       Unmanaged<ThreadBody>.fromOpaque(context).release()
       return status
     }
-    pthread_detach(thread)
+    // Detaching a thread just created cannot fail but for a bad id; had it failed, the thread
+    // would only keep its stack until the process exits.
+    let detached = pthread_detach(thread)
+    assert(detached == 0, "pthread_detach failed with \(detached)")
     return 0
   }
 

@@ -140,3 +140,50 @@ extension QueueOwnership {
     }
   }
 }
+
+extension QueueOwnership {
+  /// Stops the process with a message if `queue.sync` from the calling thread would wait for the
+  /// thread itself: some queue on `queue`'s target chain (`queue` itself, the queues it targets,
+  /// up to a root queue) is a serial queue this thread holds. libdispatch would trap without a
+  /// word. Does nothing where queue ownership cannot be read.
+  static func stopIfSyncWouldWaitForItself(on queue: DispatchQueue, at site: CallSite) {
+    guard isAvailable else { return }
+    let me = ThreadRecord.current.id
+    withExtendedLifetime(queue) {
+      guard let start = wrapped(queue) else { return }
+      var chain: [UnsafeRawPointer] = []
+      var current: UnsafeRawPointer? = start
+      // The chain is short (a root queue ends it); the bound only guards against a cycle.
+      while let link = current, chain.count < 64 {
+        chain.append(link)
+        let isMain = link == mainonce_main_queue()
+        guard isMain || mainonce_queue_is_serial(link), owner(at: link) == .thread(me) else {
+          current = mainonce_queue_target(link)
+          continue
+        }
+        let names = chain.map {
+          isMainQueue(at: $0) ? "the main queue" : "queue \"\(label(at: $0))\""
+        }
+        let through =
+          chain.count == 1
+          ? "" : ", which targets \(names.dropFirst().joined(separator: ", which targets "))"
+        Diagnostics.fail(
+          """
+          MainOnce: DispatchQueue.trackedSync at \(site) on \(names[0])\(through) would wait \
+          for this thread itself: \(me) holds \(names.last!) (it runs that queue's work), so the \
+          sync could never start; libdispatch would stop the process without a message. Run \
+          the work directly, or use async.
+          """,
+          at: site)
+      }
+    }
+  }
+
+  private static func isMainQueue(at queue: UnsafeRawPointer) -> Bool {
+    queue == mainonce_main_queue()
+  }
+
+  private static func label(at queue: UnsafeRawPointer) -> String {
+    mainonce_queue_label(queue).map { String(cString: $0) } ?? "?"
+  }
+}

@@ -1,3 +1,5 @@
+internal import Dispatch
+
 #if canImport(Glibc)
   internal import Glibc
 #elseif canImport(Musl)
@@ -18,9 +20,8 @@ final class ThreadRecord: @unchecked Sendable {
   /// Whether this is the process's main thread (tid == pid).
   let isMainThread: Bool
 
-  /// How many main-queue initializers this thread is running right now. They run in main
-  /// context, so a non-zero depth proves main context where libdispatch's queue state cannot be
-  /// read. (Bodies of `runOnce(for:)` run on the calling thread and are not counted.)
+  /// How many main-queue attempts this thread is running right now. They run in main context,
+  /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
   @exclusivity(unchecked) var mainContextDepth = 0
 
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
@@ -53,7 +54,11 @@ final class ThreadRecord: @unchecked Sendable {
       return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
     }
     let record = ThreadRecord()
-    pthread_setspecific(key, Unmanaged.passRetained(record).toOpaque())
+    let status = pthread_setspecific(key, Unmanaged.passRetained(record).toOpaque())
+    // Without the record in place, every call would make a new one and lose its depth.
+    guard status == 0 else {
+      Diagnostics.internalInconsistency("pthread_setspecific failed with \(status)")
+    }
     return record
   }
 
@@ -68,4 +73,13 @@ final class ThreadRecord: @unchecked Sendable {
     }
     return key
   }()
+}
+
+/// Where a blocked caller sleeps until it is resolved. Each thread keeps one to reuse (see
+/// ``ThreadRecord/takeParking()``): every use is one `signal` and one `wait`.
+final class Parking: Sendable {
+  private let semaphore = DispatchSemaphore(value: 0)
+
+  func signal() { semaphore.signal() }
+  func wait() { semaphore.wait() }
 }

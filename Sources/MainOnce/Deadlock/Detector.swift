@@ -1,0 +1,177 @@
+internal import Synchronization
+
+/// The deadlock detector's state, under a lock of its own: the wait-for graph, the units of
+/// work being performed, the subjects the watchdog watches, and the cycles it looks at again.
+struct DetectorState {
+  /// What each blocked thread waits for (the innermost of its nested waits).
+  var waits: [ThreadID: RecordedWait] = [:]
+  /// Threads performing each unit of work a tracked wait can name.
+  var performers: [WaitTarget.WorkID: [ThreadID: Int]] = [:]
+  /// The subjects with callers waiting in main context, by identity.
+  var watched: [ObjectIdentifier: StallWatch] = [:]
+  /// Waits that close a cycle not proven yet, by identity: the watchdog looks at them again.
+  var rechecks: [ObjectIdentifier: Recheck] = [:]
+  /// The watchdog thread's bookkeeping.
+  var watchdog = WatchdogState()
+}
+
+/// A wait that closed a cycle not proven yet, as the watchdog looks at it again.
+struct Recheck {
+  let wait: RecordedWait
+  /// When to look next, and how long the wait after that is: doubling from a millisecond up
+  /// to the stall timeout.
+  var nextLook: UInt64
+  var interval: UInt64
+  /// For waits whose evidence is no progress at all (`withTrackedWait`): how much each thread on
+  /// the cycle had run at a first reading, and when.
+  var baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
+  /// Set once the cycle was reported without stopping: it is not reported again.
+  var isReported = false
+}
+
+enum Detector {
+  static let state = Locked(DetectorState())
+
+  /// Records `wait`, watching `subject` for stalls, and reacts to the cycle it closes, if any.
+  /// `recheck` tries to end the wait without blocking: a proven cycle is not reported if it
+  /// succeeds.
+  static func begin(
+    _ wait: RecordedWait, watching subject: (any WaitSubject)? = nil,
+    recheck: (() -> Bool)? = nil
+  ) {
+    let (candidate, startWatchdog) = state.withLock { state -> ([CycleEdge]?, Bool) in
+      wait.previous = state.waits.updateValue(wait, forKey: wait.thread)
+      let start = subject.map { state.watch($0) } ?? false
+      return (state.cycle(closedBy: wait), start)
+    }
+    if startWatchdog { Watchdog.start() }
+    if let candidate {
+      react(to: candidate, closedBy: wait, onClosingThread: true, recheck: recheck)
+    }
+  }
+
+  /// Removes `wait`, putting back the one it was nested in. Its end is marked first, before the
+  /// lock is taken: a wait that has ended is never taken for part of a cycle.
+  static func end(_ wait: RecordedWait) {
+    wait.ended.store(true, ordering: .releasing)
+    state.withLock { state in
+      if state.waits[wait.thread] === wait { state.waits[wait.thread] = wait.previous }
+      state.rechecks[ObjectIdentifier(wait)] = nil
+    }
+  }
+
+  /// Watches `subject` for stalls.
+  static func watch(_ subject: some WaitSubject) {
+    if state.withLock({ $0.watch(subject) }) { Watchdog.start() }
+  }
+
+  /// `subject` may have lost its waiting callers, or finished: if the watchdog reported it, it
+  /// says so now, and stops watching it.
+  static func subjectChanged(_ subject: some WaitSubject) {
+    let key = ObjectIdentifier(subject)
+    guard let watch = state.withLock({ $0.watched[key] }), watch.isReported else { return }
+    let snapshot = subject.stallSnapshot()
+    guard snapshot.map({ $0.callers.isEmpty }) ?? true else { return }
+    let waitingSince = state.withLock { state -> UInt64? in
+      guard let watch = state.watched.removeValue(forKey: key) else { return nil }
+      return watch.waitingSince
+    }
+    guard let waitingSince else { return }
+    DeadlockReport.stallEnded(
+      of: subject.label, finished: snapshot == nil, waitingSince: waitingSince
+    )
+    .deliver(at: nil)
+  }
+
+  /// Reacts to a cycle that `wait` closes, as ``DeadlockDetection/cycleResponse`` says: a proven
+  /// cycle is reported (and stops the process, but under `report`); under `service`, a
+  /// main-queue wait on the cycle that serves initializers is woken instead, proof or not
+  /// (waking it is harmless). A cycle not proven yet is looked at again by the watchdog.
+  static func react(
+    to cycle: [CycleEdge], closedBy wait: RecordedWait, onClosingThread: Bool,
+    recheck: (() -> Bool)? = nil,
+    baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
+  ) {
+    let response = DeadlockDetection.cycleResponse
+    if response == .off { return }
+    if response == .service, let desk = serviceDesk(on: cycle) { return desk.wake() }
+    var pending = Recheck(wait: wait, nextLook: 0, interval: 0, baselines: baselines)
+    switch Evidence.settle(
+      cycle, closedBy: wait, onClosingThread: onClosingThread, baselines: &pending.baselines)
+    {
+    case .proven(let proven):
+      if recheck?() == true { return }
+      let report = DeadlockReport.cycle(proven, response: response)
+      if !report.stopsProcess {
+        guard state.withLock({ $0.markReported(wait) }) else { return }
+      }
+      report.deliver(at: wait.site)
+    case .unsettled:
+      scheduleRecheck(pending)
+    case .gone:
+      return
+    }
+  }
+
+  /// A wait that serves initializers on `cycle`, if the cycle also runs through an initializer
+  /// it can run: one that waits for the main queue.
+  static func serviceDesk(on cycle: [CycleEdge]) -> ServiceDesk? {
+    guard let desk = cycle.lazy.compactMap(\.wait.desk).first else { return nil }
+    let hasServiceableSubject = cycle.contains {
+      if case .subject(let subject, _) = $0.wait.object {
+        subject.obstacle() == .mainQueue
+      } else {
+        false
+      }
+    }
+    return hasServiceableSubject ? desk : nil
+  }
+
+  private static func scheduleRecheck(_ recheck: Recheck) {
+    var recheck = recheck
+    let wake = state.withLock { state -> Bool in
+      let key = ObjectIdentifier(recheck.wait)
+      if let existing = state.rechecks[key] {
+        recheck.isReported = existing.isReported
+        recheck.interval = existing.interval
+      }
+      let now = Platform.monotonicNanoseconds()
+      let timeout = DeadlockDetection.Snapshot.current.stallTimeoutNanoseconds
+      recheck.interval = min(max(1_000_000, recheck.interval * 2), timeout)
+      recheck.nextLook = now + recheck.interval
+      state.rechecks[key] = recheck
+      return state.watchdog.needsStart()
+    }
+    if wake { Watchdog.start() }
+    Watchdog.wake()
+  }
+}
+
+extension DetectorState {
+  /// Watches `subject`; `true` if the watchdog thread must be started.
+  mutating func watch(_ subject: some WaitSubject) -> Bool {
+    guard subject.isWatchedForStalls, DeadlockDetection.stallResponse != .off else { return false }
+    let key = ObjectIdentifier(subject)
+    if watched[key] == nil { watched[key] = StallWatch(subject: subject) }
+    return watchdog.needsStart()
+  }
+
+  /// Marks the cycle `wait` closes as reported; `false` if it already was.
+  mutating func markReported(_ wait: RecordedWait) -> Bool {
+    let key = ObjectIdentifier(wait)
+    if rechecks[key]?.isReported == true { return false }
+    if rechecks[key] == nil { rechecks[key] = Recheck(wait: wait, nextLook: .max, interval: 0) }
+    rechecks[key]!.isReported = true
+    return true
+  }
+
+  mutating func beginPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
+    performers[work, default: [:]][thread, default: 0] += 1
+  }
+
+  mutating func endPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
+    performers[work]?[thread]? -= 1
+    if performers[work]?[thread] == 0 { performers[work]?[thread] = nil }
+    if performers[work]?.isEmpty == true { performers[work] = nil }
+  }
+}

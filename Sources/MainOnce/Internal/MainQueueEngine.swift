@@ -1,0 +1,232 @@
+internal import Dispatch
+
+/// The slow path of every API that runs work once on the main queue: who runs an attempt, who
+/// waits, and how the end reaches every caller. The states it moves a cell through are listed
+/// once, at the top of `OnceCell.swift`.
+///
+/// A blocking first call, from `onceOnMain(token:)` to its return, reads these files:
+/// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token and its word),
+/// `Internal/OnceCell.swift` (the states), this file (the roles), `MainContext.swift` (whether
+/// the caller holds the main queue) and `Internal/ThreadRecord.swift` (where a thread parks).
+/// The deadlock detector is reached only through the calls on `DeadlockHooks`.
+///
+/// Under ``OnceCell/lock``, a caller asks the cell for its phase. If it is done, the call
+/// returns. Otherwise the caller queues its attempt in the flight and takes one role:
+///
+/// - **Drive** (in main context): it runs the queued attempts itself, in arrival order, until
+///   one succeeds or none is left. A hop from main context would trap in libdispatch.
+/// - **Wait** (anywhere else): a thread parks, a task suspends, a completion handler is kept.
+///   If nobody runs the flight and no hop is on its way, the caller sends one:
+///   `DispatchQueue.main.async`, which drives the flight in main context.
+///
+/// Whoever finishes the flight (a hop, or main-context code that ran it in place meanwhile)
+/// resolves every caller under the lock, then wakes them. A hop is never `main.sync`: nobody is
+/// ever stuck inside a hop, so when a flight is finished some other way every caller is still
+/// released, and a hop that arrives afterwards finds nothing to do.
+enum MainQueueEngine {
+  // MARK: - Blocking callers
+
+  private enum Step {
+    case done
+    case drive(Flight, first: Waiter?)
+    case park(Flight, hop: Bool)
+    case reentrant(Runner)
+  }
+
+  /// Runs `body` for `cell` unless it is done, and returns once it is done or `body` has thrown.
+  /// Blocks outside main context.
+  static func run<Failure: Error>(
+    _ cell: OnceCell, site: CallSite, _ body: () throws(Failure) -> UInt
+  ) throws(Failure) {
+    let thread = ThreadRecord.current
+    let drives = MainContext.isCurrent(on: thread)
+    // The attempt is queued only while this call waits for it, and every reference to it is
+    // dropped when this caller is resolved (`Wakes.resolve`), before it returns:
+    // `withoutActuallyEscaping` checks exactly that.
+    let resolution = withoutActuallyEscaping(body) { body -> Resolution in
+      let parking = thread.takeParking()
+      defer { thread.returnParking(parking) }
+      let waiter = Waiter(
+        site: site, kind: drives ? .inPlace : .thread(parking, thread.id), attempt: { erase(body) },
+        storage: cell.word)
+      let step = OnceCell.lock.withLock { () -> Step in
+        guard case .inFlight(let flight) = cell.phase() else { return .done }
+        if let runner = flight.runner, runner.thread == thread.id { return .reentrant(runner) }
+        flight.enqueue(waiter)
+        guard drives else { return .park(flight, hop: flight.claimHop()) }
+        guard flight.runner == nil else {
+          Diagnostics.internalInconsistency(
+            "\(thread.id) holds the main queue while \(flight.runner!.thread) runs \(cell.label)")
+        }
+        return .drive(flight, first: flight.startNextAttempt(on: thread.id))
+      }
+      switch step {
+      case .done:
+        return .done
+      case .reentrant(let runner):
+        Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
+      case .drive(let flight, let first):
+        drive(flight, from: first, on: thread)
+      case .park(let flight, let hop):
+        if hop { sendHop(for: flight) }
+        let wait = DeadlockHooks.willBlock(thread, until: waiter, in: flight)
+        parking.wait()
+        DeadlockHooks.didWake(thread, from: wait)
+      }
+      return waiter.resolution!
+    }
+    switch resolution {
+    case .done:
+      return
+    case .failed(let error):
+      // The error came from this caller's own attempt, which throws `Failure`.
+      throw error as! Failure
+    case .cancelled:
+      Diagnostics.internalInconsistency("a blocking caller was resolved as cancelled")
+    }
+  }
+
+  // MARK: - Callers that do not block
+
+  /// Queues `attempt` for `cell` and suspends until the cell is done, the attempt has run, or the
+  /// task is cancelled before the attempt started. The caller is not in main context.
+  ///
+  /// A done cell returns, cancelled or not: the phase is asked before the cancellation.
+  static func suspend(_ cell: OnceCell, site: CallSite, attempt: @escaping Attempt) async throws {
+    let waiter = Waiter(site: site, kind: .task(nil), attempt: attempt, storage: cell.word)
+    let resolution = await withTaskCancellationHandler {
+      await withUnsafeContinuation { continuation in
+        let (now, flight, hop) = OnceCell.lock.withLock {
+          () -> (Resolution?, Flight?, Bool) in
+          guard case .inFlight(let flight) = cell.phase() else { return (.done, nil, false) }
+          // Cancelled before it got here: it never queues.
+          if waiter.isWithdrawn { return (.cancelled, nil, false) }
+          waiter.kind = .task(continuation)
+          flight.enqueue(waiter)
+          return (nil, flight, flight.claimHop())
+        }
+        if let now { return continuation.resume(returning: now) }
+        if hop { sendHop(for: flight!) }
+        DeadlockHooks.callerWaits(in: flight!)
+      }
+    } onCancel: {
+      var wakes = Wakes()
+      let flight = OnceCell.lock.withLock { () -> Flight? in
+        guard let flight = waiter.flight else {
+          if waiter.resolution == nil { waiter.isWithdrawn = true }
+          return nil
+        }
+        flight.withdraw(waiter, into: &wakes)
+        return flight
+      }
+      wakes.deliver()
+      if let flight { DeadlockHooks.callersLeft(flight) }
+    }
+    switch resolution {
+    case .done: return
+    case .failed(let error): throw error
+    case .cancelled: throw CancellationError()
+    }
+  }
+
+  /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.
+  static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
+    let (flight, hop) = OnceCell.lock.withLock { () -> (Flight?, Bool) in
+      guard case .inFlight(let flight) = cell.phase() else { return (nil, false) }
+      flight.enqueue(waiter)
+      return (flight, flight.claimHop())
+    }
+    guard let flight else { return false }
+    if hop { sendHop(for: flight) }
+    DeadlockHooks.callerWaits(in: flight)
+    return true
+  }
+
+  // MARK: - Running the queue in main context
+
+  /// Sends the hop claimed with ``Flight/claimHop()``, after the lock is released (a worker
+  /// that picks it up at once must not find the lock held).
+  private static func sendHop(for flight: Flight) {
+    Instrumentation.noteHop()
+    DispatchQueue.main.async { hopArrived(flight) }
+  }
+
+  /// The body of a hop: drives the flight unless it has finished, has nobody left, or is
+  /// driven already.
+  private static func hopArrived(_ flight: Flight) {
+    let thread = ThreadRecord.current
+    let first = OnceCell.lock.withLock { () -> Waiter? in
+      flight.hopIsOnItsWay = false
+      if let runner = flight.runner {
+        // An initializer on this thread served the hop from a nested run loop; its caller
+        // goes on driving the queue when it returns.
+        guard runner.thread == thread.id else {
+          Diagnostics.internalInconsistency(
+            "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.label)")
+        }
+        return nil
+      }
+      return flight.startNextAttempt(on: thread.id)
+    }
+    drive(flight, from: first, on: thread)
+  }
+
+  /// Runs the flight's queued attempts in main context, in arrival order, from `first` (started
+  /// with ``Flight/startNextAttempt(on:)`` under the caller's lock), until one succeeds or none
+  /// is left. Each attempt's end and the start of the next share one lock.
+  ///
+  /// Main-context code drives the whole queue, also after its own attempt failed: it holds the
+  /// main queue, so no hop could run the rest until it returns.
+  static func drive(_ flight: Flight, from first: Waiter?, on thread: ThreadRecord) {
+    var next = first
+    while let owner = next {
+      let result = runAttempt(of: owner, on: thread)
+      var wakes = Wakes()
+      next = OnceCell.lock.withLock {
+        flight.finish(owner, with: result, into: &wakes)
+        return flight.startNextAttempt(on: thread.id)
+      }
+      wakes.deliver()
+    }
+    DeadlockHooks.callersLeft(flight)
+  }
+
+  /// Runs `flight`'s queued attempts here, in main context, unless someone runs it already or
+  /// it has finished: for main-queue code that serves initializers while it waits.
+  static func driveInPlace(_ flight: Flight, on thread: ThreadRecord) {
+    let first = OnceCell.lock.withLock {
+      flight.runner == nil ? flight.startNextAttempt(on: thread.id) : nil
+    }
+    drive(flight, from: first, on: thread)
+  }
+
+  /// Runs `owner`'s attempt in main context. The attempt is a local here, so this function's
+  /// reference to it is gone before the owner is told the result.
+  private static func runAttempt(of owner: Waiter, on thread: ThreadRecord) -> Result<
+    UInt, any Error
+  > {
+    // This is safe without the lock: only the runner reads a running waiter's attempt, and it
+    // is dropped (under the lock) only when the waiter is resolved, after this returns.
+    let attempt = owner.attempt!
+    thread.mainContextDepth += 1
+    defer { thread.mainContextDepth -= 1 }
+    return attempt()
+  }
+
+  // MARK: - Typed errors
+
+  /// Calls `body`, catching its typed error as `any Error`.
+  ///
+  /// Catching straight into this concrete `Result` keeps the slow path from building a
+  /// `Result<UInt, Failure>`, whose metadata code generic over `Failure` instantiates at run
+  /// time.
+  static func erase<Failure: Error>(_ body: () throws(Failure) -> UInt) -> Result<
+    UInt, any Error
+  > {
+    do {
+      return .success(try body())
+    } catch {
+      return .failure(error)
+    }
+  }
+}

@@ -1,0 +1,377 @@
+public import Synchronization
+
+// MARK: - The states of a once-cell
+//
+// A once-cell is what `onceOnMain(token:)`, `MainLazy` and `onceOnMain(for:)` keep per token,
+// lazy value or object call site: one storage word (`_OnceWord`), and while calls are in
+// progress a `Flight` attached to it. This file owns both; every entry point asks
+// `OnceCell.phase()` for the phase, under `OnceCell.lock`, and switches on it.
+//
+// | Phase      | word            | Flight                                   | Left by                        |
+// | ---------- | --------------- | ---------------------------------------- | ------------------------------ |
+// | fresh      | 1               | none                                     | a caller: attaches a flight    |
+// | idle       | F | 1           | no runner, queue empty                   | a caller queues                |
+// | queued     | F | 1           | no runner, queue not empty, hop sent     | the hop, or main-context code, |
+// |            |                 |                                          | starts the first attempt       |
+// | running    | F | 1           | runner set                               | the attempt ends: success      |
+// |            |                 |                                          | finishes; failure goes on with |
+// |            |                 |                                          | the next queued attempt        |
+// | finished   | F | 1           | outcome set                              | the next borrower publishes    |
+// | done       | the value (even)| released                                 | never                          |
+//
+// `F` is the flight's address: aligned, so its low bit is free to mark "not done". A done word
+// is even: 0 for a token or a call site, the built value's address for a `MainLazy`. That is
+// what lets the fast path be one load and one bit test.
+//
+// Invariant, checked after every transition (`Flight.checkInvariant`): a flight with queued
+// callers has a runner or a hop on its way, or has finished. Callers outside main context
+// never run an initializer, so without it they would wait for ever.
+//
+// Memory ordering. Every store to the word happens under `OnceCell.lock`. The fast path reads it
+// with an acquiring load; the store that makes it done is a releasing store that follows the
+// initializer's return on the runner (through the lock). So everything the initializer wrote
+// happens before any caller that sees the word done returns. Flight fields are read and written
+// only under the lock.
+//
+// Publishing. A flight never keeps the storage's address: a completion-form caller or a hop can
+// outlive the token. The word is written only by a caller that borrows the storage right then:
+// the caller of `phase()`, or, when an attempt succeeds, any queued caller that is still
+// borrowing (a blocking or `await` caller, whose borrow lasts until it is resolved, which happens
+// after the publication). Only when no borrower waits (an attempt of a completion-form caller,
+// driven by a hop) does a success leave the cell *finished*; the next borrower publishes it.
+
+/// The storage word of a once-cell (see the table at the top of this file).
+///
+/// Statically initialized: a `static let` holding one is a constant in the binary.
+@usableFromInline
+struct _OnceWord: ~Copyable, Sendable {
+  @usableFromInline
+  let word: Atomic<UInt>
+
+  @inlinable
+  init() {
+    word = Atomic(1)
+  }
+
+  deinit {
+    // Nothing borrows the storage any more, so nothing else reads or writes the word.
+    Flight.releaseAttached(word.load(ordering: .relaxed))
+  }
+
+  /// The word, read with an acquiring load: even once done. The fast path of every call.
+  @inlinable
+  @inline(__always)
+  var value: UInt {
+    word.load(ordering: .acquiring)
+  }
+
+  /// Whether the cell is done: one acquiring load and a bit test.
+  @inlinable
+  @inline(__always)
+  var isPublished: Bool {
+    value & 1 == 0
+  }
+
+  /// Whether the cell is done, also when it is *finished* and unpublished (which this publishes):
+  /// one acquiring load when done, the lock otherwise.
+  @inlinable
+  var isDone: Bool {
+    isPublished || _isDoneSlowPath()
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _isDoneSlowPath() -> Bool {
+    let word = address
+    return OnceCell.lock.withLock { OnceCell.doneValue(of: word) != nil }
+  }
+
+  /// The storage's address, for a caller that borrows it for as long as it uses the address.
+  ///
+  /// This is safe because the storage holds an `Atomic`, which has raw layout: a borrowed value
+  /// of such a type is passed by address, never copied, and stays put until the borrow ends.
+  var address: UnsafePointer<_OnceWord> {
+    withUnsafePointer(to: self) { $0 }
+  }
+}
+
+/// A once-cell as one caller borrows it: the storage word and the cell's name in diagnostics.
+/// Valid only for the caller's borrow; nothing that can outlive the call keeps one.
+struct OnceCell {
+  let word: UnsafePointer<_OnceWord>
+  let label: CellLabel
+
+  /// The lock that guards every flight and every store to a cell's word.
+  static let lock = Lock()
+
+  /// The cell's phase, as the callers see it.
+  enum Phase {
+    /// Done, with the published value.
+    case done(UInt)
+    /// In flight: fresh (a flight was attached just now), idle, queued or running.
+    case inFlight(Flight)
+  }
+
+  /// The phase of the cell; under ``lock``, while the caller borrows the storage. A *finished*
+  /// cell is published here and reads as done; a fresh one gets a flight.
+  func phase() -> Phase {
+    if let value = Self.doneValue(of: word) { return .done(value) }
+    let raw = word.pointee.word.load(ordering: .relaxed)
+    if let flight = Flight.attached(raw) { return .inFlight(flight) }
+    let flight = Flight(label: label)
+    word.pointee.word.store(flight.retainedForStorage(), ordering: .relaxed)
+    return .inFlight(flight)
+  }
+
+  /// The value of a done cell, publishing it first if it is *finished*; `nil` if it is not
+  /// done. Under ``lock``, while the caller borrows the storage.
+  static func doneValue(of word: UnsafePointer<_OnceWord>) -> UInt? {
+    let raw = word.pointee.word.load(ordering: .relaxed)
+    if raw & 1 == 0 { return raw }
+    guard let outcome = Flight.attached(raw)?.outcome else { return nil }
+    publish(outcome, in: word)
+    return outcome
+  }
+
+  /// Stores `value` in the word with a releasing store, and lets go of the finished flight.
+  /// Under the lock, by a caller that borrows the storage.
+  static func publish(_ value: UInt, in word: UnsafePointer<_OnceWord>) {
+    let previous = word.pointee.word.load(ordering: .relaxed)
+    word.pointee.word.store(value, ordering: .releasing)
+    Flight.releaseAttached(previous)
+  }
+}
+
+/// A caller's initializer, type-erased. It returns the value to publish (even).
+typealias Attempt = () -> Result<UInt, any Error>
+
+/// The calls in progress for one cell that is not done: who runs an initializer, who waits,
+/// whether a hop is on its way, and the outcome once an initializer has succeeded. Every
+/// variable is guarded by ``OnceCell/lock``.
+///
+/// A flight is its cell's identity while calls are in progress. The storage retains it, and so
+/// does everything that refers to the cell from outside a borrow (a hop, a waiter, the deadlock
+/// detector): an object cannot be reallocated while it is retained, so nothing left over from
+/// one cell can act on another cell that reuses the storage's address.
+final class Flight: @unchecked Sendable {
+  // This is safe because the variables are only read and written under `OnceCell.lock`, which
+  // also makes their accesses exclusive, so they skip the dynamic check.
+
+  let label: CellLabel
+
+  /// The value of the attempt that succeeded; `nil` until one has. Then the flight is finished:
+  /// its queue is empty and it runs nothing again.
+  @exclusivity(unchecked) var outcome: UInt?
+
+  /// The thread in main context that runs the queued attempts, one after another.
+  @exclusivity(unchecked) var runner: Runner?
+
+  /// Callers waiting, in arrival order, each with its own attempt.
+  @exclusivity(unchecked) var queue: [Waiter] = []
+
+  /// Whether a hop to the main queue is on its way.
+  @exclusivity(unchecked) var hopIsOnItsWay = false
+
+  /// Bumped whenever who or what is in the flight's way changes (a runner starts or stops, it
+  /// finishes): the deadlock detector checks that it did not change while it gathered evidence.
+  let epoch = Atomic<UInt>(0)
+
+  init(label: CellLabel) {
+    self.label = label
+  }
+
+  /// Whether the flight waits for the main queue: not finished, and nobody runs it.
+  var awaitsMainQueue: Bool { outcome == nil && runner == nil && !queue.isEmpty }
+
+  /// Queues `waiter` behind the callers already waiting.
+  func enqueue(_ waiter: Waiter) {
+    waiter.flight = self
+    queue.append(waiter)
+  }
+
+  /// Whether the caller that just queued must send a hop: nobody runs the flight and no hop is on
+  /// its way. Marks the hop as on its way; send it once the lock is released.
+  func claimHop() -> Bool {
+    defer { checkInvariant() }
+    guard runner == nil, !hopIsOnItsWay, !queue.isEmpty else { return false }
+    hopIsOnItsWay = true
+    return true
+  }
+
+  /// Makes `thread` the runner and returns the first queued caller, whose attempt it runs next;
+  /// `nil`, and no runner, once the flight has finished or nobody is left.
+  func startNextAttempt(on thread: ThreadID) -> Waiter? {
+    defer { checkInvariant() }
+    guard outcome == nil, let owner = queue.first(where: { !$0.isRunning }) else {
+      if runner != nil { epoch.add(1, ordering: .releasing) }
+      runner = nil
+      return nil
+    }
+    owner.isRunning = true
+    if runner?.thread != thread {
+      runner = Runner(thread: thread, site: owner.site)
+      epoch.add(1, ordering: .releasing)
+    }
+    return owner
+  }
+
+  /// Records the end of `owner`'s attempt. On success the flight is finished, published if a
+  /// borrower waits, and every caller is resolved as done; on failure the error goes to `owner`
+  /// alone, and the runner goes on with the queue.
+  func finish(_ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes) {
+    dequeue(owner)
+    switch result {
+    case .success(let value):
+      if let storage = owner.storage ?? queue.lazy.compactMap(\.storage).first {
+        OnceCell.publish(value, in: storage)
+      }
+      outcome = value
+      runner = nil
+      epoch.add(1, ordering: .releasing)
+      wakes.resolve(owner, .done)
+      for waiter in queue { wakes.resolve(waiter, .done) }
+      queue.removeAll()
+    case .failure(let error):
+      wakes.resolve(owner, .failed(error))
+    }
+  }
+
+  /// Takes a task's waiter out of the queue after its task was cancelled, unless its attempt
+  /// has started or it is resolved already.
+  func withdraw(_ waiter: Waiter, into wakes: inout Wakes) {
+    guard waiter.resolution == nil, !waiter.isRunning else { return }
+    dequeue(waiter)
+    wakes.resolve(waiter, .cancelled)
+    checkInvariant()
+  }
+
+  private func dequeue(_ waiter: Waiter) {
+    if let index = queue.firstIndex(where: { $0 === waiter }) { queue.remove(at: index) }
+  }
+
+  /// Stops the process if a flight with queued callers has neither a runner nor a hop on its
+  /// way: those callers would wait for ever.
+  func checkInvariant() {
+    guard outcome != nil || queue.isEmpty || runner != nil || hopIsOnItsWay else {
+      Diagnostics.internalInconsistency(
+        "\(queue.count) callers wait for \(label), which nobody runs and no hop will reach")
+    }
+  }
+
+  // MARK: Retained by the storage
+
+  /// The flight whose tagged address is `raw`, if it is one. Call under the lock.
+  static func attached(_ raw: UInt) -> Flight? {
+    guard raw & 1 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
+    return Unmanaged<Flight>.fromOpaque(pointer).takeUnretainedValue()
+  }
+
+  /// A +1 reference for the storage to hold, tagged as not done.
+  func retainedForStorage() -> UInt {
+    UInt(bitPattern: Unmanaged.passRetained(self).toOpaque()) | 1
+  }
+
+  /// Gives back the storage's reference, if `raw` is a flight's.
+  static func releaseAttached(_ raw: UInt) {
+    guard raw & 1 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return }
+    Unmanaged<Flight>.fromOpaque(pointer).release()
+  }
+}
+
+/// The thread running a flight's attempts, and the call whose attempt it started with.
+struct Runner {
+  let thread: ThreadID
+  let site: CallSite
+  let since = Platform.monotonicNanoseconds()
+}
+
+/// How a caller's wait ended.
+enum Resolution {
+  /// An attempt for the cell succeeded: this caller's, or another's.
+  case done
+  /// This caller's own attempt ran and threw this error.
+  case failed(any Error)
+  /// A task's caller, cancelled before its attempt started.
+  case cancelled
+}
+
+/// One caller of a flight, with the attempt it brought and how to tell it the end.
+final class Waiter: @unchecked Sendable {
+  // This is safe because the variables are only read and written under `OnceCell.lock`, but
+  // `resolution`, which is written once under the lock before the caller is told and read by
+  // the caller after it is told (through the lock, the parking's semaphore or the
+  // continuation, each of which orders the two), and `isResolved`, an atomic.
+
+  /// How the caller learns its resolution.
+  enum Kind {
+    /// A thread parked until it is told.
+    case thread(Parking, ThreadID)
+    /// A suspended task; `nil` until it has suspended.
+    case task(UnsafeContinuation<Resolution, Never>?)
+    /// A completion-form call: submits its handler to its queue, under the lock, so that
+    /// handlers keep the order of the calls.
+    case handler(@Sendable (Resolution) -> Void)
+    /// Main-context code that runs the queue itself and reads ``resolution`` when it is done.
+    case inPlace
+  }
+
+  let site: CallSite
+  let since = Platform.monotonicNanoseconds()
+  @exclusivity(unchecked) var kind: Kind
+  /// The caller's attempt; `nil` once resolved.
+  @exclusivity(unchecked) var attempt: Attempt?
+  /// The storage the caller borrows until it is resolved; `nil` for a completion-form call.
+  @exclusivity(unchecked) var storage: UnsafePointer<_OnceWord>?
+  /// Set while the caller's attempt runs: from then on it waits for that attempt's result.
+  @exclusivity(unchecked) var isRunning = false
+  /// Set when a task's caller is cancelled before it has queued: it never will.
+  @exclusivity(unchecked) var isWithdrawn = false
+  @exclusivity(unchecked) var flight: Flight?
+  @exclusivity(unchecked) var resolution: Resolution?
+  /// Whether ``resolution`` is set, for the deadlock detector, which reads it without the lock.
+  let isResolved = Atomic(false)
+
+  init(site: CallSite, kind: Kind, attempt: Attempt?, storage: UnsafePointer<_OnceWord>?) {
+    self.site = site
+    self.kind = kind
+    self.attempt = attempt
+    self.storage = storage
+  }
+
+  /// Whether the caller waits: it does not run the queue itself.
+  var isWaiting: Bool {
+    if case .inPlace = kind { false } else { true }
+  }
+}
+
+/// Resolutions decided under the lock, delivered once it is released.
+struct Wakes {
+  private var woken: [Waiter] = []
+
+  /// Resolves `waiter`. Under the lock: from here on nothing runs its attempt, and a
+  /// completion handler is submitted right away, in order.
+  mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
+    waiter.attempt = nil
+    waiter.isRunning = false
+    waiter.storage = nil
+    waiter.flight = nil
+    waiter.resolution = resolution
+    waiter.isResolved.store(true, ordering: .releasing)
+    switch waiter.kind {
+    case .handler(let submit): submit(resolution)
+    case .inPlace: break
+    case .thread, .task: woken.append(waiter)
+    }
+  }
+
+  /// Wakes the parked threads and resumes the tasks. After the lock is released.
+  func deliver() {
+    for waiter in woken {
+      switch waiter.kind {
+      case .thread(let parking, _): parking.signal()
+      case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
+      case .handler, .inPlace: break
+      }
+    }
+  }
+}

@@ -1,0 +1,135 @@
+internal import Synchronization
+
+/// The once-cell behind ``runOnce(for:file:line:column:_:)``: one object's call site, whose
+/// body runs on the calling thread.
+///
+/// A far simpler problem than the main queue's: the first caller runs its body where it is,
+/// and later callers park until it returns. If the body throws, the turn goes to the first
+/// caller that waits, which runs its own body. States, under ``lock``:
+///
+/// | State    | `isDone` | `runner`    | Left by                                         |
+/// | -------- | -------- | ----------- | ----------------------------------------------- |
+/// | fresh    | false    | nil         | a caller becomes the runner                     |
+/// | running  | false    | the thread  | success: done; failure: the first waiter runs,  |
+/// |          |          |             | or fresh if nobody waits                        |
+/// | done     | true     | nil         | never                                           |
+///
+/// `isDone` is stored with a releasing store after the body returned, and read with an
+/// acquiring load: the body's writes happen before every return.
+final class RunOnceCell: @unchecked Sendable {
+  // This is safe because `runner` and `waiting` are only read and written under `lock`, and
+  // a waiter's `turn` is written under the lock before it is signalled and read after it wakes.
+
+  /// A caller waiting for the runner, and what it is told.
+  final class Waiter: Sendable {
+    enum Turn {
+      case done
+      case yours
+    }
+    let thread: ThreadID
+    let site: CallSite
+    let parking: Parking
+    let since = Platform.monotonicNanoseconds()
+    // Written under the lock before `parking` is signalled; read after it wakes.
+    nonisolated(unsafe) var turn: Turn?
+    let isResolved = Atomic(false)
+
+    init(thread: ThreadID, site: CallSite, parking: Parking) {
+      self.thread = thread
+      self.site = site
+      self.parking = parking
+    }
+  }
+
+  static let lock = Lock()
+
+  let label: CellLabel
+  let isDone = Atomic(false)
+  private(set) var runner: Runner?
+  private(set) var waiting: [Waiter] = []
+  /// Bumped whenever the runner changes, for the deadlock detector.
+  let epoch = Atomic<UInt>(0)
+
+  init(label: CellLabel) {
+    self.label = label
+  }
+
+  private enum Step {
+    case done
+    case run
+    case park(Waiter)
+    case reentrant(Runner)
+  }
+
+  /// Runs `body` unless the call site is done or running elsewhere; waits for the runner then.
+  func run<Failure: Error>(site: CallSite, _ body: () throws(Failure) -> Void) throws(Failure) {
+    if isDone.load(ordering: .acquiring) { return }
+    let thread = ThreadRecord.current
+    let parking = thread.takeParking()
+    defer { thread.returnParking(parking) }
+    var step = Self.lock.withLock { () -> Step in
+      if isDone.load(ordering: .relaxed) { return .done }
+      if let runner {
+        if runner.thread == thread.id { return .reentrant(runner) }
+        let waiter = Waiter(thread: thread.id, site: site, parking: parking)
+        waiting.append(waiter)
+        return .park(waiter)
+      }
+      startRunning(on: thread.id, site: site)
+      return .run
+    }
+    while true {
+      switch step {
+      case .done:
+        return
+      case .reentrant(let runner):
+        Diagnostics.reentrance(label, firstCall: runner.site, secondCall: site)
+      case .park(let waiter):
+        let wait = DeadlockHooks.willBlock(thread, until: waiter, in: self)
+        parking.wait()
+        DeadlockHooks.didWake(thread, from: wait)
+        guard case .yours = waiter.turn! else { return }
+        step = .run
+      case .run:
+        do {
+          try body()
+        } catch {
+          let next = Self.lock.withLock { () -> Waiter? in
+            guard !waiting.isEmpty else {
+              runner = nil
+              epoch.add(1, ordering: .releasing)
+              return nil
+            }
+            let next = waiting.removeFirst()
+            startRunning(on: next.thread, site: next.site)
+            return resolve(next, .yours)
+          }
+          next?.parking.signal()
+          DeadlockHooks.callersLeft(self)
+          throw error
+        }
+        let woken = Self.lock.withLock { () -> [Waiter] in
+          isDone.store(true, ordering: .releasing)
+          runner = nil
+          epoch.add(1, ordering: .releasing)
+          defer { waiting.removeAll() }
+          return waiting.map { resolve($0, .done) }
+        }
+        for waiter in woken { waiter.parking.signal() }
+        DeadlockHooks.callersLeft(self)
+        return
+      }
+    }
+  }
+
+  private func startRunning(on thread: ThreadID, site: CallSite) {
+    runner = Runner(thread: thread, site: site)
+    epoch.add(1, ordering: .releasing)
+  }
+
+  private func resolve(_ waiter: Waiter, _ turn: Waiter.Turn) -> Waiter {
+    waiter.turn = turn
+    waiter.isResolved.store(true, ordering: .releasing)
+    return waiter
+  }
+}
