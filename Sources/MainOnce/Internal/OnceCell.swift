@@ -2,43 +2,46 @@ public import Synchronization
 
 // MARK: - The states of a once-cell
 //
-// A once-cell is what `onceOnMain(token:)`, `MainLazy` and `onceOnMain(for:)` keep per token,
-// lazy value or object call site: one storage word (`_OnceWord`), and while calls are in
-// progress a `Flight` attached to it. This file owns both; every entry point asks
-// `OnceCell.phase()` for the phase, under `OnceCell.lock`, and switches on it.
+// A once-cell is what a token, a `MainLazy` or an object's `onceOnMain(for:)` call site keeps:
+// one storage word (`_OnceWord`) and, while calls are in progress, a `Flight` attached to it.
+// This file owns both. Every entry point asks `OnceCell.phase()`, under `OnceCell.lock`, and
+// switches on the answer: `.done(value)` or `.inFlight(flight)`.
 //
-// | Phase      | word            | Flight                                   | Left by                        |
-// | ---------- | --------------- | ---------------------------------------- | ------------------------------ |
-// | fresh      | 1               | none                                     | a caller: attaches a flight    |
-// | idle       | F | 1           | no runner, queue empty                   | a caller queues                |
-// | queued     | F | 1           | no runner, queue not empty, hop sent     | the hop, or main-context code, |
-// |            |                 |                                          | starts the first attempt       |
-// | running    | F | 1           | runner set                               | the attempt ends: success      |
-// |            |                 |                                          | finishes; failure goes on with |
-// |            |                 |                                          | the next queued attempt        |
-// | finished   | F | 1           | outcome set                              | the next borrower publishes    |
-// | done       | the value (even)| released                                 | never                          |
+// | Phase    | word      | flight.outcome | .runner | .queue    | .hopIsOnItsWay |
+// | -------- | --------- | -------------- | ------- | --------- | -------------- |
+// | fresh    | 1         | (no flight)    |         |           |                |
+// | idle     | F | 1     | nil            | nil     | empty     | either         |
+// | queued   | F | 1     | nil            | nil     | not empty | true           |
+// | running  | F | 1     | nil            | a thread| any       | either         |
+// | finished | F | 1     | the value      | nil     | empty     | either         |
+// | done     | the value | (released)     |         |           |                |
 //
-// `F` is the flight's address: aligned, so its low bit is free to mark "not done". A done word
-// is even: 0 for a token or a call site, the built value's address for a `MainLazy`. That is
-// what lets the fast path be one load and one bit test.
+// Transitions, each in one function, under the lock:
+// - fresh → idle: `phase()` attaches a flight. idle → queued: `Flight.enqueue` and `claimHop`
+//   (a caller outside main context sends the hop). idle or queued → running:
+//   `startNextAttempt`, by the hop or by main-context code, which then drives the queue.
+// - running → running: `finish` with a failure (the error goes to its caller; the runner goes
+//   on with the next attempt). running → idle: `startNextAttempt` finds nothing left.
+// - running → done: `finish` with a success, when any waiting caller borrows the storage (it
+//   publishes through that caller's address). running → finished: the same with no borrower
+//   (only completion-form callers waited). finished → done: the next `phase()` publishes.
+// - queued → idle: `withdraw`, a cancelled task's caller leaving.
 //
-// Invariant, checked after every transition (`Flight.checkInvariant`): a flight with queued
-// callers has a runner or a hop on its way, or has finished. Callers outside main context
-// never run an initializer, so without it they would wait for ever.
+// `F` is the flight's address, with its low bit set: a done word is even (0 for a token or a
+// call site, the built value's address for a `MainLazy`), so the fast path is one load and one
+// bit test. Invariant, checked after every transition (`Flight.checkInvariant`): a flight with
+// queued callers has a runner or a hop on its way, or has finished; callers outside main
+// context never run an attempt, and would otherwise wait for ever.
 //
-// Memory ordering. Every store to the word happens under `OnceCell.lock`. The fast path reads it
-// with an acquiring load; the store that makes it done is a releasing store that follows the
-// initializer's return on the runner (through the lock). So everything the initializer wrote
-// happens before any caller that sees the word done returns. Flight fields are read and written
-// only under the lock.
+// Memory ordering: every store to the word happens under the lock. Publishing is a releasing
+// store made after the attempt returned (its end is recorded under the same lock); the fast
+// path's load is acquiring. So everything an initializer wrote happens before every return of a
+// caller that saw the cell done. Flight fields are read and written only under the lock.
 //
-// Publishing. A flight never keeps the storage's address: a completion-form caller or a hop can
-// outlive the token. The word is written only by a caller that borrows the storage right then:
-// the caller of `phase()`, or, when an attempt succeeds, any queued caller that is still
-// borrowing (a blocking or `await` caller, whose borrow lasts until it is resolved, which happens
-// after the publication). Only when no borrower waits (an attempt of a completion-form caller,
-// driven by a hop) does a success leave the cell *finished*; the next borrower publishes it.
+// Why "finished" exists: a flight never keeps the storage's address, because a hop or a
+// completion-form caller may outlive the token. Only a caller that borrows the storage right
+// then writes the word: the caller of `phase()`, or a waiting blocking or `await` caller, whose
+// borrow lasts until it is resolved (after the publication).
 
 /// The storage word of a once-cell (see the table at the top of this file).
 ///
@@ -222,15 +225,17 @@ final class Flight: @unchecked Sendable {
     dequeue(owner)
     switch result {
     case .success(let value):
-      if let storage = owner.storage ?? queue.lazy.compactMap(\.storage).first {
-        OnceCell.publish(value, in: storage)
-      }
+      let storage = owner.storage ?? queue.lazy.compactMap(\.storage).first
       outcome = value
       runner = nil
       epoch.add(1, ordering: .releasing)
       wakes.resolve(owner, .done)
       for waiter in queue { wakes.resolve(waiter, .done) }
       queue.removeAll()
+      // Published last: a caller that finds the word done on the fast path submits its
+      // completion handler after every queued one. The borrower is resolved but not yet woken,
+      // so its storage is still in place.
+      if let storage { OnceCell.publish(value, in: storage) }
     case .failure(let error):
       wakes.resolve(owner, .failed(error))
     }
