@@ -51,8 +51,9 @@ public enum MainQueueDriver {
   /// Call it when ``fileDescriptor`` is readable, or once per frame. It first resets the
   /// descriptor, then runs the blocks that were pending when it started; blocks submitted
   /// meanwhile make the descriptor readable again. With nothing pending it costs a system call.
-  /// A call from inside a main-queue block does nothing: libdispatch never drains the main
-  /// queue re-entrantly.
+  /// A call from inside a main-queue block runs nothing: libdispatch never drains the main
+  /// queue re-entrantly. It does reset the descriptor, which is harmless: the drain in progress
+  /// makes it readable again when it ends with work left.
   ///
   /// Legal only on the main thread while the main queue is bound to it, that is, before
   /// `dispatchMain()` is called. Anywhere else MainOnce stops the process with a message that
@@ -71,7 +72,10 @@ public enum MainQueueDriver {
         at: site)
     }
     var count: UInt64 = 0
-    // Reset first: blocks submitted during the drain write the descriptor again.
+    // Reset first: blocks submitted during the drain write the descriptor again. The result is
+    // not needed: an eventfd read either resets the counter or finds it reset already
+    // (EAGAIN); and a read interrupted by a signal (EINTR) leaves the descriptor readable, so
+    // the loop only comes back here once more.
     _ = read(descriptor, &count, MemoryLayout<UInt64>.size)
     drains.add(1, ordering: .relaxed)
     mainonce_main_queue_drain()
@@ -87,7 +91,14 @@ public enum MainQueueDriver {
   /// `dispatchMain()` unbinds the main queue, and the number could then name another file.
   private static let descriptor: Int32 = {
     let handle = mainonce_main_queue_handle()
-    return handle < 0 ? -1 : fcntl(handle, F_DUPFD_CLOEXEC, 0)
+    guard handle >= 0 else { return -1 }
+    let duplicate = fcntl(handle, F_DUPFD_CLOEXEC, 0)
+    if duplicate < 0 {
+      Platform.writeToStandardError(
+        "MainOnce: cannot duplicate libdispatch's main-queue descriptor (errno \(errno));"
+          + " MainQueueDriver cannot serve the main queue\n")
+    }
+    return duplicate
   }()
 
   /// Why draining here is not legal, or `nil` if it is.
