@@ -69,6 +69,9 @@ static void record_inside_sync(void *context) {
 }
 #endif
 
+__thread void *mainonce_thread_record_slot __attribute__((tls_model("initial-exec")));
+__thread void *mainonce_object_cells_slot __attribute__((tls_model("initial-exec")));
+
 int32_t mainonce_thread_id(void) {
 #if defined(__linux__)
   return (int32_t)syscall(SYS_gettid);

@@ -52,11 +52,13 @@ public func onceOnMain<Failure: Error>(
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) {
   let site = CallSite(file: file, line: line, column: column)
-  let cell = ObjectCells.cell(
-    for: object, at: site, operation: "onceOnMain(for:)", as: MainQueueObjectCell.self)
+  if ObjectCells.isDone(object, at: site) { return }
+  let cell = ObjectCells.cell(for: object, at: site, operation: "onceOnMain(for:)") {
+    MainQueueObjectCell(object: $0, site: $1)
+  }
   if cell.word.isPublished { return }
   let label = CellLabel.object(
-    objectType: TypeName(type(of: object)), site: site, operation: "onceOnMain(for:)")
+    objectType: cell.objectType, site: cell.site, operation: "onceOnMain(for:)")
   // `cell` is a class instance this call holds: its word stays in place until it returns.
   try withExtendedLifetime(cell) { () throws(Failure) in
     try MainQueueEngine.run(OnceCell(word: cell.word.address, label: label), site: site) {
@@ -102,16 +104,9 @@ public func runOnce<Failure: Error>(
   _ body: () throws(Failure) -> Void
 ) throws(Failure) {
   let site = CallSite(file: file, line: line, column: column)
+  if ObjectCells.isDone(object, at: site) { return }
   let cell = ObjectCells.cell(for: object, at: site, operation: "runOnce(for:)") {
-    RunOnceCell(
-      label: .object(objectType: TypeName(type(of: object)), site: site, operation: "runOnce(for:)")
-    )
+    RunOnceCell(object: $0, site: $1)
   }
   try cell.run(site: site, body)
-}
-
-/// The storage of one object's `onceOnMain(for:)` call site: a class, so that a caller holds it
-/// in place for the length of its call, also after the object is gone.
-final class MainQueueObjectCell: Sendable {
-  let word = _OnceWord()
 }

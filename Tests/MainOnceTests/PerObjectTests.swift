@@ -201,7 +201,7 @@ struct PerObjectTests {
       let object = Plain()
       withExtendedLifetime(object) { runOnce(for: object) {} }
     }
-    let entries = ObjectCells.table.withLock { $0.entries.count }
+    let entries = ObjectCells.table.withLock { $0.cells.count }
     #expect(entries < 300, "\(entries) entries for 10 000 freed objects")
   }
 }

@@ -63,6 +63,23 @@ void mainonce_main_queue_drain(void);
 /// a program link Foundation.
 bool mainonce_main_run_loop_is_running(void);
 
+/// The calling thread's MainOnce record and its cache of object cells, or NULL before the
+/// thread first takes a slow path: thread-local variables, initial-exec, so that reading one is
+/// a single load. Written only by their own thread.
+extern __thread void *_Nullable mainonce_thread_record_slot
+    __attribute__((tls_model("initial-exec")));
+extern __thread void *_Nullable mainonce_object_cells_slot
+    __attribute__((tls_model("initial-exec")));
+
+static inline void *_Nullable mainonce_thread_record(void) { return mainonce_thread_record_slot; }
+
+static inline void *_Nullable mainonce_object_cells(void) { return mainonce_object_cells_slot; }
+
+static inline void mainonce_set_thread_record(void *_Nullable record, void *_Nullable cells) {
+  mainonce_thread_record_slot = record;
+  mainonce_object_cells_slot = cells;
+}
+
 #pragma clang assume_nonnull end
 
 #endif

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+  internal import Glibc
+#elseif canImport(Musl)
+  internal import Musl
+#elseif canImport(Darwin)
+  internal import Darwin
+#endif
+
 /// How MainOnce names a once-cell in messages.
 ///
 /// Built on the slow path only, from what the cell keeps for diagnostics; rendered only when a
@@ -5,7 +13,7 @@
 enum CellLabel: Sendable, CustomStringConvertible {
   case token(name: StaticText?, declaration: DeclarationSite)
   case lazy(valueType: TypeName, declaration: CallSite)
-  case object(objectType: TypeName, site: CallSite, operation: StaticString)
+  case object(objectType: TypeName, site: DeclarationSite, operation: StaticString)
   case asyncLazy(valueType: TypeName, declaration: CallSite)
 
   /// The API whose caller waits for such a cell, for reports.
@@ -28,12 +36,11 @@ enum CellLabel: Sendable, CustomStringConvertible {
   }
 
   /// The call site a stop is attributed to when no caller's is at hand: the declaration of a
-  /// lazy value, or a per-object call site. `nil` for a token, whose callers pass theirs.
+  /// lazy value. `nil` for a token or a call site, whose callers pass theirs.
   var attribution: CallSite? {
     switch self {
-    case .token: nil
+    case .token, .object: nil
     case .lazy(_, let declaration), .asyncLazy(_, let declaration): declaration
-    case .object(_, let site, _): site
     }
   }
 
@@ -89,22 +96,58 @@ struct StaticText: CustomStringConvertible {
   var description: String { String(cString: start.assumingMemoryBound(to: CChar.self)) }
 }
 
-/// Where something was declared, as `#fileID:line`, kept in two words.
+/// Where something was declared or called, as `#fileID:line` (and a column, for a per-object
+/// call site), kept in two words: for text only.
 @usableFromInline
-struct DeclarationSite: Sendable, CustomStringConvertible {
+struct DeclarationSite: Sendable, Hashable, CustomStringConvertible {
   @usableFromInline
   let file: StaticText?
   @usableFromInline
   let line: UInt32
+  @usableFromInline
+  let column: UInt32
 
   @inlinable
-  init(file: StaticString, line: UInt) {
+  init(file: StaticString, line: UInt, column: UInt = 0) {
     self.file = StaticText(file)
     self.line = UInt32(truncatingIfNeeded: line)
+    self.column = UInt32(truncatingIfNeeded: column)
+  }
+
+  init(_ site: CallSite) {
+    self.init(file: site.file, line: site.line, column: site.column)
   }
 
   @usableFromInline
-  var description: String { "\(file.map { "\($0)" } ?? "?"):\(line)" }
+  var description: String {
+    let file = file.map { "\($0)" } ?? "?"
+    return column == 0 ? "\(file):\(line)" : "\(file):\(line):\(column)"
+  }
+
+  /// Equal sites: the same line and column, and the same file name. The same `#fileID` may be
+  /// emitted at two addresses when a call is inlined into another module, so the names are
+  /// compared when the addresses differ.
+  @usableFromInline
+  static func == (lhs: Self, rhs: Self) -> Bool {
+    guard lhs.line == rhs.line, lhs.column == rhs.column else { return false }
+    switch (lhs.file, rhs.file) {
+    case (nil, nil): return true
+    case (let left?, let right?):
+      return left.start == right.start
+        || strcmp(
+          left.start.assumingMemoryBound(to: CChar.self),
+          right.start.assumingMemoryBound(to: CChar.self)) == 0
+    default: return false
+    }
+  }
+
+  /// Hashes the line and column, which equal sites share, so that a lookup does not hash the
+  /// name.
+  @usableFromInline
+  func hash(into hasher: inout Hasher) {
+    hasher.combine(line)
+    hasher.combine(column)
+  }
 }
 
 // This is safe because a metatype is an immutable, process-wide value.

@@ -3,7 +3,9 @@
 /// name the caller's `#fileID:line`.
 enum Diagnostics {
   /// An initializer reached its own cell again: it waits for itself.
-  static func reentrance(_ label: CellLabel, firstCall: CallSite, secondCall: CallSite) -> Never {
+  static func reentrance(
+    _ label: CellLabel, firstCall: some CustomStringConvertible, secondCall: CallSite
+  ) -> Never {
     switch label {
     case .lazy:
       fail(
@@ -15,9 +17,10 @@ enum Diagnostics {
     case .asyncLazy:
       fail(
         """
-        MainOnce: \(label) awaited its own value while building it: the builder cannot \
-        finish until that await returns. Don't await an AsyncMainLazy's value from inside \
-        its own builder.
+        MainOnce: \(label) awaited its own value while building it, from the build's own task \
+        or a child task it waits for (async let, a task group): the builder cannot finish \
+        until that await returns. Don't await an AsyncMainLazy's value from inside its own \
+        builder.
         """,
         at: secondCall)
     case .token, .object: break

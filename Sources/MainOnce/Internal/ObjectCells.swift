@@ -1,44 +1,92 @@
-/// The once-cells of objects, by object and call site, for `onceOnMain(for:)` and
-/// `runOnce(for:)`.
-///
-/// An entry holds its object weakly, so MainOnce never keeps an object alive. An entry whose
-/// object has been deallocated is stale: a new object that reuses the address finds the weak
-/// reference empty (or pointing elsewhere) and starts a fresh entry, so its call sites run
-/// again. Stale entries are swept when the table has doubled since the last sweep.
-enum ObjectCells {
-  /// One object's cells. A class, so that a lookup does not copy the cell table.
-  final class Entry {
-    weak var object: AnyObject?
-    // Unchecked: only touched under the table's lock, which makes every access exclusive.
-    @exclusivity(unchecked) var cells: [CallSite: AnyObject] = [:]
+internal import CMainOnceShims
 
-    init(object: AnyObject) {
-      self.object = object
+/// One object's once-cell for one call site, for `onceOnMain(for:)` and `runOnce(for:)`.
+///
+/// It holds its object weakly, so MainOnce never keeps an object alive, and a cell whose object
+/// is gone is stale: a new object that reuses the address finds the weak reference empty and
+/// gets a fresh cell, so its call sites run again. Its word is even once the call site is done
+/// for the object (see `OnceCell.swift`).
+class ObjectCell: @unchecked Sendable {
+  // This is safe because `object` is set once, here, and only read afterwards (weak loads are
+  // safe against each other and against the object's deinitialization); `site` and
+  // `objectType` never change, and `word` is an atomic.
+  weak var object: AnyObject?
+  let site: DeclarationSite
+  let objectType: TypeName
+  let word = _OnceWord()
+
+  init(object: AnyObject, site: DeclarationSite) {
+    self.object = object
+    self.site = site
+    objectType = TypeName(type(of: object))
+  }
+}
+
+/// The storage of one object's `onceOnMain(for:)` call site: a class, so that a caller holds it
+/// in place for the length of its call, also after the object is gone.
+final class MainQueueObjectCell: ObjectCell, @unchecked Sendable {}
+
+/// Finds the cell of an object's call site.
+///
+/// Every thread keeps the cells it used last in a small cache of its own (``ObjectCellCache``),
+/// reached through a thread-local variable: a call site that is done costs a lookup there and
+/// the weak load that checks that the object is still the cell's, with no lock, no retain and no
+/// write that another thread sees. A miss takes the table's lock, which also sweeps stale cells
+/// once the table has doubled since the last sweep.
+enum ObjectCells {
+  /// A cell's key: the object and the call site.
+  struct Key: Hashable {
+    let object: ObjectIdentifier
+    let site: DeclarationSite
+
+    init(_ object: AnyObject, _ site: CallSite) {
+      self.object = ObjectIdentifier(object)
+      self.site = DeclarationSite(site)
+    }
+
+    /// The slot of a thread's cache: mixes the address with the line and column, without
+    /// hashing the file name.
+    var cacheIndex: Int {
+      let address = UInt(bitPattern: object)
+      let mixed = (address >> 4) ^ (address >> 12) ^ UInt(site.line) &* 31 ^ UInt(site.column)
+      return Int(mixed & UInt(ObjectCellCache.capacity - 1))
     }
   }
 
   struct Table {
-    var entries: [ObjectIdentifier: Entry] = [:]
+    var cells: [Key: ObjectCell] = [:]
     var sweepAt = 64
 
     mutating func sweepIfLarge() {
-      guard entries.count >= sweepAt else { return }
-      entries = entries.filter { $0.value.object != nil }
-      sweepAt = max(64, entries.count * 2)
+      guard cells.count >= sweepAt else { return }
+      cells = cells.filter { $0.value.object != nil }
+      sweepAt = max(64, cells.count * 2)
     }
   }
 
   static let table = Locked(Table())
 
+  /// Whether `object`'s `site` is done, as the calling thread's cache knows it: `false` when
+  /// the cache does not know. The fast path of the per-object calls.
+  @inline(__always)
+  static func isDone(_ object: AnyObject, at site: CallSite) -> Bool {
+    guard let slots = mainonce_object_cells() else { return false }
+    let key = Key(object, site)
+    let slot = slots.assumingMemoryBound(to: ObjectCellCache.Slot.self) + key.cacheIndex
+    guard slot.pointee.key == key, let cell = slot.pointee.cell else { return false }
+    // The cache holds the cell. The weak load proves the object alive and not in its deinit:
+    // a weak reference to an object being deinitialized reads nil.
+    return cell._withUnsafeGuaranteedRef { $0.word.isPublished && $0.object === object }
+  }
+
   /// The cell of `site` in the current lifetime of `object`, made with `make` the first time.
-  ///
-  /// An object in its `deinit` cannot be told from a new object at a reused address: a weak
-  /// reference to it reads `nil` in both cases. A call from there stops the process instead of
-  /// running the call site a second time.
-  static func cell<Cell: AnyObject>(
+  static func cell<Cell: ObjectCell>(
     for object: AnyObject, at site: CallSite, operation: StaticString,
-    as: Cell.Type = Cell.self, make: () -> Cell
+    make: (AnyObject, DeclarationSite) -> Cell
   ) -> Cell {
+    // An object in its `deinit` cannot be told from a new object at a reused address: a weak
+    // reference to it reads `nil` in both cases. A call from there stops the process instead of
+    // running the call site a second time.
     weak let probe = object
     guard probe != nil else {
       Diagnostics.fail(
@@ -49,30 +97,54 @@ enum ObjectCells {
         """,
         at: site)
     }
-    let cell = table.withLock { table -> AnyObject in
-      let key = ObjectIdentifier(object)
-      let entry: Entry
-      if let existing = table.entries[key], existing.object === object {
-        entry = existing
-      } else {
-        table.sweepIfLarge()
-        entry = Entry(object: object)
-        table.entries[key] = entry
-      }
-      if let cell = entry.cells[site] { return cell }
-      let cell = make()
-      entry.cells[site] = cell
+    let key = Key(object, site)
+    let cell = table.withLock { table -> ObjectCell in
+      if let existing = table.cells[key], existing.object === object { return existing }
+      table.sweepIfLarge()
+      let cell = make(object, key.site)
+      table.cells[key] = cell
       return cell
     }
-    return cell as! Cell
+    guard let cell = cell as? Cell else {
+      Diagnostics.fail(
+        "MainOnce: \(operation) at \(site) shares its call site with another per-object API",
+        at: site)
+    }
+    ThreadRecord.current.objectCells.remember(cell, for: key)
+    return cell
   }
 }
 
-extension ObjectCells {
-  static func cell(
-    for object: AnyObject, at site: CallSite, operation: StaticString,
-    as: MainQueueObjectCell.Type
-  ) -> MainQueueObjectCell {
-    cell(for: object, at: site, operation: operation) { MainQueueObjectCell() }
+/// A thread's cache of the object cells it used last: direct-mapped, a slot per key, holding
+/// its cell. Only its thread reads or writes it.
+struct ObjectCellCache: ~Copyable {
+  static var capacity: Int { 64 }
+
+  struct Slot {
+    var key: ObjectCells.Key?
+    var cell: Unmanaged<ObjectCell>?
+  }
+
+  private let slots: UnsafeMutablePointer<Slot>
+
+  init() {
+    slots = .allocate(capacity: Self.capacity)
+    slots.initialize(repeating: Slot(), count: Self.capacity)
+  }
+
+  deinit {
+    for index in 0..<Self.capacity { slots[index].cell?.release() }
+    slots.deinitialize(count: Self.capacity)
+    slots.deallocate()
+  }
+
+  /// The slots' address, for the thread-local variable that the fast path reads.
+  var slotsAddress: UnsafeMutableRawPointer { UnsafeMutableRawPointer(slots) }
+
+  /// Keeps `cell` in the slot of `key`, letting go of the cell that was there.
+  func remember(_ cell: ObjectCell, for key: ObjectCells.Key) {
+    let slot = slots + key.cacheIndex
+    slot.pointee.cell?.release()
+    slot.pointee = Slot(key: key, cell: .passRetained(cell))
   }
 }

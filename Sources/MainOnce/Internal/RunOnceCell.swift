@@ -7,16 +7,16 @@ internal import Synchronization
 /// and later callers park until it returns. If the body throws, the turn goes to the first
 /// caller that waits, which runs its own body. States, under ``lock``:
 ///
-/// | State    | `isDone` | `runner`    | Left by                                         |
-/// | -------- | -------- | ----------- | ----------------------------------------------- |
-/// | fresh    | false    | nil         | a caller becomes the runner                     |
-/// | running  | false    | the thread  | success: done; failure: the first waiter runs,  |
-/// |          |          |             | or fresh if nobody waits                        |
-/// | done     | true     | nil         | never                                           |
+/// | State    | `word` | `runner`    | Left by                                           |
+/// | -------- | ------ | ----------- | ------------------------------------------------- |
+/// | fresh    | 1      | nil         | a caller becomes the runner                       |
+/// | running  | 1      | the thread  | success: done; failure: the first waiter runs, or |
+/// |          |        |             | fresh if nobody waits                             |
+/// | done     | 0      | nil         | never                                             |
 ///
-/// `isDone` is stored with a releasing store after the body returned, and read with an
+/// The word is stored with a releasing store after the body returned, and read with an
 /// acquiring load: the body's writes happen before every return.
-final class RunOnceCell: @unchecked Sendable {
+final class RunOnceCell: ObjectCell, @unchecked Sendable {
   // This is safe because `runner` and `waiting` are only read and written under `lock`, and
   // a waiter's `turn` is written under the lock before it is signalled and read after it wakes.
 
@@ -41,49 +41,52 @@ final class RunOnceCell: @unchecked Sendable {
     }
   }
 
+  /// The thread running a body, and since when.
+  struct Runner {
+    let thread: ThreadID
+    let since = Platform.monotonicNanoseconds()
+  }
+
+  /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time.
   static let lock = Lock()
 
-  let label: CellLabel
-  let isDone = Atomic(false)
   private(set) var runner: Runner?
   private(set) var waiting: [Waiter] = []
   /// Bumped whenever the runner changes, for the deadlock detector.
   let epoch = Atomic<UInt>(0)
 
-  init(label: CellLabel) {
-    self.label = label
-  }
+  var label: CellLabel { .object(objectType: objectType, site: site, operation: "runOnce(for:)") }
 
   private enum Step {
     case done
     case run
     case park(Waiter)
-    case reentrant(Runner)
+    case reentrant
   }
 
   /// Runs `body` unless the call site is done or running elsewhere; waits for the runner then.
   func run<Failure: Error>(site: CallSite, _ body: () throws(Failure) -> Void) throws(Failure) {
-    if isDone.load(ordering: .acquiring) { return }
+    if word.isPublished { return }
     let thread = ThreadRecord.current
     let parking = thread.takeParking()
     defer { thread.returnParking(parking) }
     var step = Self.lock.withLock { () -> Step in
-      if isDone.load(ordering: .relaxed) { return .done }
+      if word.isPublished { return .done }
       if let runner {
-        if runner.thread == thread.id { return .reentrant(runner) }
+        if runner.thread == thread.id { return .reentrant }
         let waiter = Waiter(thread: thread.id, site: site, parking: parking)
         waiting.append(waiter)
         return .park(waiter)
       }
-      startRunning(on: thread.id, site: site)
+      startRunning(on: thread.id)
       return .run
     }
     while true {
       switch step {
       case .done:
         return
-      case .reentrant(let runner):
-        Diagnostics.reentrance(label, firstCall: runner.site, secondCall: site)
+      case .reentrant:
+        Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
         let wait = DeadlockHooks.willBlock(thread, until: waiter, in: self)
         parking.wait()
@@ -101,7 +104,7 @@ final class RunOnceCell: @unchecked Sendable {
               return nil
             }
             let next = waiting.removeFirst()
-            startRunning(on: next.thread, site: next.site)
+            startRunning(on: next.thread)
             return resolve(next, .yours)
           }
           next?.parking.signal()
@@ -109,7 +112,7 @@ final class RunOnceCell: @unchecked Sendable {
           throw error
         }
         let woken = Self.lock.withLock { () -> [Waiter] in
-          isDone.store(true, ordering: .releasing)
+          word.word.store(0, ordering: .releasing)
           runner = nil
           epoch.add(1, ordering: .releasing)
           defer { waiting.removeAll() }
@@ -122,8 +125,8 @@ final class RunOnceCell: @unchecked Sendable {
     }
   }
 
-  private func startRunning(on thread: ThreadID, site: CallSite) {
-    runner = Runner(thread: thread, site: site)
+  private func startRunning(on thread: ThreadID) {
+    runner = Runner(thread: thread)
     epoch.add(1, ordering: .releasing)
   }
 

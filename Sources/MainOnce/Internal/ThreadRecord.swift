@@ -1,3 +1,4 @@
+internal import CMainOnceShims
 internal import Dispatch
 
 #if canImport(Glibc)
@@ -10,9 +11,10 @@ internal import Dispatch
 
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
-  // This is safe because `id` and `isMainThread` never change, and `mainContextDepth` and
-  // `spareParking` are only read and written by the thread this record belongs to; that also
-  // makes their accesses exclusive, so they skip the dynamic check.
+  // This is safe because `id`, `isMainThread` and `objectCells` never change, and
+  // `mainContextDepth`, the cache's slots and `spareParking` are only read and written by the
+  // thread this record belongs to; that also makes their accesses exclusive, so they skip the
+  // dynamic check.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
@@ -23,6 +25,9 @@ final class ThreadRecord: @unchecked Sendable {
   /// How many main-queue attempts this thread is running right now. They run in main context,
   /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
   @exclusivity(unchecked) var mainContextDepth = 0
+
+  /// The object cells this thread used last (see ``ObjectCells``).
+  let objectCells = ObjectCellCache()
 
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
@@ -48,17 +53,24 @@ final class ThreadRecord: @unchecked Sendable {
     #endif
   }
 
-  /// The calling thread's record.
+  /// The calling thread's record: one thread-local load once made.
   static var current: ThreadRecord {
-    if let raw = pthread_getspecific(key) {
-      return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
-    }
+    guard let raw = mainonce_thread_record() else { return makeCurrent() }
+    return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
+  }
+
+  /// Makes the calling thread's record. The thread-local variables point at it; a pthread key
+  /// holds the reference, so that the record is released when the thread exits.
+  @inline(never)
+  private static func makeCurrent() -> ThreadRecord {
     let record = ThreadRecord()
-    let status = pthread_setspecific(key, Unmanaged.passRetained(record).toOpaque())
+    let retained = Unmanaged.passRetained(record).toOpaque()
+    let status = pthread_setspecific(key, retained)
     // Without the record in place, every call would make a new one and lose its depth.
     guard status == 0 else {
       Diagnostics.internalInconsistency("pthread_setspecific failed with \(status)")
     }
+    mainonce_set_thread_record(retained, record.objectCells.slotsAddress)
     return record
   }
 
@@ -66,6 +78,9 @@ final class ThreadRecord: @unchecked Sendable {
     var key = pthread_key_t()
     let status = pthread_key_create(&key) { raw in
       guard let raw else { return }
+      // The thread is exiting: no call of its own reads the record after this, and one that
+      // comes later (from another key's destructor) makes a new record.
+      mainonce_set_thread_record(nil, nil)
       Unmanaged<ThreadRecord>.fromOpaque(raw).release()
     }
     guard status == 0 else {
