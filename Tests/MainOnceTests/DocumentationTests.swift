@@ -19,7 +19,7 @@ struct DocumentationTests {
 
   @Test("every Swift example in the README, the DocC articles and the doc comments is compiled")
   func examplesAreCompiled() throws {
-    let examples = try swiftFiles(under: "Examples/Sources").map { try significantLines(of: $0) }
+    let examples = try exampleFiles().map { try significantLines(of: $0) }
     let blocks = try documentationBlocks()
     #expect(blocks.count >= 25, "found only \(blocks.count) examples: is the extraction broken?")
     for block in blocks where !examples.contains(where: { contains($0, block.lines) }) {
@@ -113,10 +113,21 @@ struct DocumentationTests {
       .components(separatedBy: "\n")
   }
 
+  /// The Swift files of the packages that compile the examples: `Examples` and the packages in
+  /// it, such as `Examples/EventLoops`, but not `Examples/MustNotCompile`, whose code is there
+  /// to be rejected.
+  private func exampleFiles() throws -> [String] {
+    try swiftFiles(under: "Examples").filter { !$0.hasPrefix("Examples/MustNotCompile/") }
+  }
+
+  /// The `.swift` files under `directory`, without hidden directories such as `.build`.
   private func swiftFiles(under directory: String) throws -> [String] {
-    let base = Self.root.appendingPathComponent(directory)
-    guard let enumerator = FileManager.default.enumerator(atPath: base.path) else { return [] }
-    return enumerator.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
-      .map { "\(directory)/\($0)" }
+    let base = Self.root.appendingPathComponent(directory).standardizedFileURL
+    guard
+      let enumerator = FileManager.default.enumerator(
+        at: base, includingPropertiesForKeys: nil, options: [.skipsHiddenFiles])
+    else { return [] }
+    return enumerator.compactMap { $0 as? URL }.filter { $0.pathExtension == "swift" }
+      .map { "\(directory)/\($0.standardizedFileURL.path.dropFirst(base.path.count + 1))" }
   }
 }

@@ -35,3 +35,4 @@ func buildIndex() {}
 func startPlayback() {}
 func renderFirstFrame() {}
 func render(_ stack: RenderStack) {}
+func log(_ message: String) {}
