@@ -72,7 +72,7 @@ struct DocumentationTests {
           blocks.append(
             Block(
               file: file, line: opening + 1,
-              lines: lines[(opening + 1)..<index].map(significant).filter { !$0.isEmpty }))
+              lines: lines[(opening + 1)..<index].map(significant)))
           start = nil
         }
       } else if trimmed == "```swift" {
@@ -82,25 +82,17 @@ struct DocumentationTests {
     return blocks
   }
 
-  /// Whether `block` appears in `file` line for line, in order, each line at most three
-  /// significant lines after the one before (room for a wrapper such as `func … {`).
+  /// Whether `block` appears in `file` line for line: consecutive lines, each equal to the
+  /// block's line but for its indentation.
   private func contains(_ file: [String], _ block: [String]) -> Bool {
-    guard let first = block.first else { return true }
-    return file.indices.contains { start in
-      guard file[start] == first else { return false }
-      var position = start
-      for line in block.dropFirst() {
-        guard
-          let next = file[(position + 1)..<min(file.count, position + 4)].firstIndex(of: line)
-        else { return false }
-        position = next
-      }
-      return true
+    guard block.count <= file.count else { return false }
+    return (0...(file.count - block.count)).contains { start in
+      file[start..<(start + block.count)].elementsEqual(block)
     }
   }
 
   private func significantLines(of path: String) throws -> [String] {
-    try lines(of: path).map(significant).filter { !$0.isEmpty }
+    try lines(of: path).map(significant)
   }
 
   /// A line without its indentation and trailing spaces.
