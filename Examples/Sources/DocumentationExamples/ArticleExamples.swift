@@ -12,3 +12,13 @@ func routeReportsToTheLog() {
     log("\(report.text)")
   }
 }
+
+// MARK: Using MainOnce in the Swift 6 language mode: a token is not copied
+
+func prepare(forPlayback playback: Bool) {
+  if playback {
+    onceOnMain(token: Audio.setupToken) { configureAudio() }
+  } else {
+    onceOnMain(token: Fonts.setupToken) { loadSystemFonts() }
+  }
+}
