@@ -5,18 +5,55 @@
 #   Scripts/docs.sh preview    builds it and serves it at http://localhost:8080/documentation/mainonce
 #   Scripts/docs.sh static     builds it and writes a static website to .build/docs/site
 #
-# The symbol graph includes extension blocks, so that MainOnce's extensions of Dispatch types
+# The symbol graphs come from `swift package dump-symbol-graph`, which builds the package (a no-op
+# when it is built already) and then extracts them from the built modules on every run. Emitting
+# them as a side effect of compiling (`-emit-symbol-graph`) writes them only when MainOnce
+# recompiles, so a second run after a no-op build found none and produced no symbol pages.
+# Extension blocks are included, so that MainOnce's extensions of Dispatch types
 # (DispatchSemaphore.wait(for:), DispatchGroup.wait(for:), DispatchQueue.trackedSync) get pages.
+#
+# Every mode fails if the symbol graphs are missing; `build` and `static` also fail if the
+# output has no page for onceOnMain(token:) or far fewer pages than MainOnce has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="${1:-build}"
+case "$mode" in
+  build | preview | static) ;;
+  *)
+    echo "usage: Scripts/docs.sh [build|preview|static]" >&2
+    exit 64
+    ;;
+esac
 output=".build/docs"
 symbols="$output/symbol-graphs"
-rm -rf "$symbols" && mkdir -p "$symbols"
+# MainOnce has 5 articles and about 70 symbol pages; far fewer means docc saw no symbol graph.
+minimum_pages=50
 
-swift build --target MainOnce -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir \
-  -Xswiftc "$symbols" -Xswiftc -emit-extension-block-symbols
+fail() {
+  echo "Scripts/docs.sh: $*" >&2
+  exit 1
+}
+
+extracted="$(swift package dump-symbol-graph --emit-extension-block-symbols 2>&1)" ||
+  { printf '%s\n' "$extracted" >&2; fail "swift package dump-symbol-graph failed"; }
+graphs="$(sed -n 's/^Files written to //p' <<<"$extracted" | tail -1)"
+[[ -n $graphs && -f "$graphs/MainOnce.symbols.json" ]] ||
+  { printf '%s\n' "$extracted" >&2; fail "no symbol graph for MainOnce (looked in '${graphs}')"; }
+rm -rf "$symbols" && mkdir -p "$symbols"
+# Only MainOnce's own graphs: the package's other targets (demo, tests, fixtures) have none to show.
+cp "$graphs"/MainOnce.symbols.json "$graphs"/MainOnce@*.symbols.json "$symbols"/
+
+# The archive or website at $1 must have the symbol pages, not only the articles.
+check_symbol_pages() {
+  local pages="$1/data/documentation/mainonce" count
+  [[ -f "$pages/onceonmain(token:file:line:_:).json" ]] ||
+    fail "$1 has no page for onceOnMain(token:file:line:_:): the symbol pages are missing"
+  count="$(find "$pages" -name '*.json' | wc -l)"
+  ((count >= minimum_pages)) ||
+    fail "$1 has $count pages under documentation/mainonce, expected at least $minimum_pages"
+  echo "pages under documentation/mainonce: $count"
+}
 
 options=(
   Sources/MainOnce/MainOnce.docc --additional-symbol-graph-dir "$symbols"
@@ -24,20 +61,20 @@ options=(
 )
 case "$mode" in
   build)
+    rm -rf "$output/MainOnce.doccarchive"
     docc convert "${options[@]}" --output-path "$output/MainOnce.doccarchive" \
       --analyze --warnings-as-errors
+    check_symbol_pages "$output/MainOnce.doccarchive"
     echo "documentation: $output/MainOnce.doccarchive"
     ;;
   preview)
     docc preview "${options[@]}" --output-path "$output/preview" --port 8080
     ;;
   static)
+    rm -rf "$output/site"
     docc convert "${options[@]}" --output-path "$output/site" \
       --transform-for-static-hosting --hosting-base-path /
+    check_symbol_pages "$output/site"
     echo "website: $output/site (open documentation/mainonce/index.html through a web server)"
-    ;;
-  *)
-    echo "usage: Scripts/docs.sh [build|preview|static]" >&2
-    exit 64
     ;;
 esac

@@ -1,14 +1,23 @@
 // swift-tools-version: 6.1
-// Code that must NOT compile: MainOnce's documentation promises that a token or a lazy value
-// cannot be declared with `var` (an assignment would replace a done token with a fresh one).
-// CI builds this package and requires each error below.
+// Code that must NOT compile, as MainOnce's documentation says. CI builds each target on its own
+// (the compiler stops at the first module with errors) and requires the error it names:
+//
+// - VarTokens: a token or a lazy value cannot be declared with `var` (an assignment would
+//   replace a done token with a fresh one).
+// - TokenChoice: `onceOnMain(token: flag ? a : b)`; a token is `~Copyable`, and a conditional
+//   expression would consume the one it picks.
+// - ExpectIsDone: `#expect(token.isDone)`; Swift Testing's `#expect` copies what it checks.
 import PackageDescription
 
 let package = Package(
   name: "MustNotCompile",
   dependencies: [.package(name: "MainOnce", path: "../..")],
   targets: [
-    .target(name: "VarTokens", dependencies: [.product(name: "MainOnce", package: "MainOnce")])
+    .target(name: "VarTokens", dependencies: [mainOnce]),
+    .target(name: "TokenChoice", dependencies: [mainOnce]),
+    .testTarget(name: "ExpectIsDone", dependencies: [mainOnce]),
   ],
   swiftLanguageModes: [.v6]
 )
+
+var mainOnce: Target.Dependency { .product(name: "MainOnce", package: "MainOnce") }

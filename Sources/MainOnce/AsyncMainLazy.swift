@@ -8,7 +8,10 @@ internal import Synchronization
 ///   static let current = AsyncMainLazy { try await Session.restore() }
 /// }
 ///
-/// let session = try await Sessions.current.value  // any task
+/// func resume() async throws {  // any task
+///   let session = try await Sessions.current.value
+///   session.start()
+/// }
 /// ```
 ///
 /// - Concurrent callers join one build in flight; the builder runs on the main actor, in a task

@@ -13,6 +13,7 @@
 /// func draw() throws {  // any thread
 ///   render(Stores.render.value)  // built on first use, in main context
 ///   let database = try Stores.database.value  // a builder that throws
+///   database.record("frame drawn")
 /// }
 /// ```
 ///

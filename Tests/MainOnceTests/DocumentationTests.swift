@@ -19,7 +19,7 @@ struct DocumentationTests {
 
   @Test("every Swift example in the README, the DocC articles and the doc comments is compiled")
   func examplesAreCompiled() throws {
-    let examples = try swiftFiles(under: "Examples/Sources").map { try significantLines(of: $0) }
+    let examples = try exampleFiles().map { try significantLines(of: $0) }
     let blocks = try documentationBlocks()
     #expect(blocks.count >= 25, "found only \(blocks.count) examples: is the extraction broken?")
     for block in blocks where !examples.contains(where: { contains($0, block.lines) }) {
@@ -72,7 +72,7 @@ struct DocumentationTests {
           blocks.append(
             Block(
               file: file, line: opening + 1,
-              lines: lines[(opening + 1)..<index].map(significant).filter { !$0.isEmpty }))
+              lines: lines[(opening + 1)..<index].map(significant)))
           start = nil
         }
       } else if trimmed == "```swift" {
@@ -82,25 +82,17 @@ struct DocumentationTests {
     return blocks
   }
 
-  /// Whether `block` appears in `file` line for line, in order, each line at most three
-  /// significant lines after the one before (room for a wrapper such as `func … {`).
+  /// Whether `block` appears in `file` line for line: consecutive lines, each equal to the
+  /// block's line but for its indentation.
   private func contains(_ file: [String], _ block: [String]) -> Bool {
-    guard let first = block.first else { return true }
-    return file.indices.contains { start in
-      guard file[start] == first else { return false }
-      var position = start
-      for line in block.dropFirst() {
-        guard
-          let next = file[(position + 1)..<min(file.count, position + 4)].firstIndex(of: line)
-        else { return false }
-        position = next
-      }
-      return true
+    guard block.count <= file.count else { return false }
+    return (0...(file.count - block.count)).contains { start in
+      file[start..<(start + block.count)].elementsEqual(block)
     }
   }
 
   private func significantLines(of path: String) throws -> [String] {
-    try lines(of: path).map(significant).filter { !$0.isEmpty }
+    try lines(of: path).map(significant)
   }
 
   /// A line without its indentation and trailing spaces.
@@ -113,10 +105,21 @@ struct DocumentationTests {
       .components(separatedBy: "\n")
   }
 
+  /// The Swift files of the packages that compile the examples: `Examples` and the packages in
+  /// it, such as `Examples/EventLoops`, but not `Examples/MustNotCompile`, whose code is there
+  /// to be rejected.
+  private func exampleFiles() throws -> [String] {
+    try swiftFiles(under: "Examples").filter { !$0.hasPrefix("Examples/MustNotCompile/") }
+  }
+
+  /// The `.swift` files under `directory`, without hidden directories such as `.build`.
   private func swiftFiles(under directory: String) throws -> [String] {
-    let base = Self.root.appendingPathComponent(directory)
-    guard let enumerator = FileManager.default.enumerator(atPath: base.path) else { return [] }
-    return enumerator.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }
-      .map { "\(directory)/\($0)" }
+    let base = Self.root.appendingPathComponent(directory).standardizedFileURL
+    guard
+      let enumerator = FileManager.default.enumerator(
+        at: base, includingPropertiesForKeys: nil, options: [.skipsHiddenFiles])
+    else { return [] }
+    return enumerator.compactMap { $0 as? URL }.filter { $0.pathExtension == "swift" }
+      .map { "\(directory)/\($0.standardizedFileURL.path.dropFirst(base.path.count + 1))" }
   }
 }

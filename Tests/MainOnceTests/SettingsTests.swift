@@ -72,6 +72,9 @@ struct SettingsTests {
     #expect(!inTest.contains("dispatchMain()"))
     let elsewhere = Look.serveMainQueueHint(inTestRunner: false)
     #expect(elsewhere.contains("dispatchMain() or RunLoop.main.run()"))
+    let swiftTesting = Look.swiftTestingHint
+    #expect(swiftTesting.contains("`await`") && swiftTesting.contains("semaphore"))
+    #expect(!swiftTesting.contains("XCTest"))
   }
 
   @Test("the deadlock responses are named as MAINONCE_DEADLOCK spells them")

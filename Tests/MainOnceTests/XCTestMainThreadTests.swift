@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
-import MainOnce
 import XCTest
+
+@testable import MainOnce
 
 /// XCTest on Linux runs test methods on the main thread, with the main queue bound to it and
 /// served only while a test waits for an expectation.
@@ -56,6 +57,14 @@ extension XCTestMainThreadTests {
     XCTAssertTrue(text.contains("the main thread holds the main queue but is not serving it"), text)
     XCTAssertTrue(text.contains("hint: in a test, wait the way the test framework serves"), text)
     XCTAssertFalse(text.contains("dispatchMain() or RunLoop.main.run()"), text)
+    XCTAssertTrue(text.contains("XCTestExpectation"), text)
+    XCTAssertFalse(text.contains("Swift Testing"), text)
+  }
+
+  /// The XCTest run is told apart from the Swift Testing run of the same test bundle.
+  func testMainOnceTellsThatXCTestRuns() {
+    XCTAssertTrue(Platform.isTestRunner)
+    XCTAssertFalse(Platform.isSwiftTestingRunner)
   }
 }
 

@@ -2,38 +2,23 @@
 import Dispatch
 import MainOnce
 
-// MARK: Serving the main queue from your own event loop
-
-func serveMainQueueFromGLib() {  // on the main thread, before the GLib loop runs
-  let drain: GUnixFDSourceFunc = { _, _, _ in
-    MainQueueDriver.drain()
-    return G_SOURCE_CONTINUE
-  }
-  _ = g_unix_fd_add(MainQueueDriver.fileDescriptor, G_IO_IN, drain, nil)
-}
-
-func runGame() {
-  var running = true
-  while running {
-    var event = SDL_Event()
-    while SDL_PollEvent(&event) != 0 { running = handle(event) }
-    MainQueueDriver.drain()  // main-queue work, once a frame
-    drawFrame()
-  }
-}
-
-func serveMainQueueFromLibuv(_ loop: UnsafeMutablePointer<uv_loop_t>) {
-  let handle = UnsafeMutablePointer<uv_poll_t>.allocate(capacity: 1)
-  _ = uv_poll_init(loop, handle, MainQueueDriver.fileDescriptor)
-  _ = uv_poll_start(handle, Int32(UV_READABLE.rawValue)) { _, _, _ in
-    MainQueueDriver.drain()
-  }
-}
+// The GLib, GTK, SDL and libuv recipes are in the EventLoops package, compiled against the
+// real libraries; the poll loop and the main-thread check are among the README's examples.
 
 // MARK: Deadlocks: configuration
 
 func routeReportsToTheLog() {
   DeadlockDetection.reportHandler = { report in
     log("\(report.text)")
+  }
+}
+
+// MARK: Using MainOnce in the Swift 6 language mode: a token is not copied
+
+func prepare(forPlayback playback: Bool) {
+  if playback {
+    onceOnMain(token: Audio.setupToken) { configureAudio() }
+  } else {
+    onceOnMain(token: Fonts.setupToken) { loadSystemFonts() }
   }
 }

@@ -42,9 +42,6 @@ final class DocumentWindow {
     onceOnMain(for: self) { self.installToolbar() }  // once per window, on the main queue
     runOnce(for: self) { self.warmCaches() }  // once per window, on the calling thread
   }
-
-  func installToolbar() {}
-  func warmCaches() {}
 }
 
 // MARK: Swift 6 concurrency

@@ -68,7 +68,7 @@ enum Stores {
 func draw() throws {  // any thread
   render(Stores.render.value)  // built on first use, in main context
   let database = try Stores.database.value  // a builder that throws
-  _ = database
+  database.record("frame drawn")
 }
 
 // MARK: AsyncMainLazy
@@ -77,9 +77,9 @@ enum Sessions {
   static let current = AsyncMainLazy { try await Session.restore() }
 }
 
-func resume() async throws {
-  let session = try await Sessions.current.value  // any task
-  _ = session
+func resume() async throws {  // any task
+  let session = try await Sessions.current.value
+  session.start()
 }
 
 // MARK: withTrackedWait(for:) and WaitTarget

@@ -17,12 +17,14 @@ final class PersistenceStack {
 
 struct Database: Sendable {
   init(path: String) throws {}
+  func record(_ event: String) {}
 }
 
 let databasePath = "/var/lib/app/app.db"
 
 struct Session: Sendable {
   static func restore() async throws -> Session { Session() }
+  func start() {}
 }
 
 struct RenderStack: Sendable {}
@@ -35,3 +37,9 @@ func buildIndex() {}
 func startPlayback() {}
 func renderFirstFrame() {}
 func render(_ stack: RenderStack) {}
+func log(_ message: String) {}
+
+extension DocumentWindow {
+  func installToolbar() {}
+  func warmCaches() {}
+}

@@ -186,7 +186,10 @@ struct Look {
     }
     switch state.activity {
     case .blockedOnLock:
-      return (["the main queue is held by \(name), which is \(state)"] + stuck, hint)
+      return (
+        ["the main queue is held by \(name), which is \(state)"] + stuck,
+        Platform.isSwiftTestingRunner ? Self.swiftTestingHint : hint
+      )
     case .polling where loop == .driver:
       return (
         [
@@ -230,6 +233,15 @@ extension Look {
         + " rather than blocking the main thread (in a semaphore, say)"
       : "serve the main queue: call dispatchMain() or RunLoop.main.run() on the main thread"
   }
+
+  /// What to do about main-actor code that blocks in a Swift Testing test. The runner serves the
+  /// main queue with dispatchMain(): a `@MainActor` test holds it on a worker thread, and lets
+  /// the hop run only once it returns or awaits.
+  static let swiftTestingHint =
+    "in a Swift Testing test, don't block the main actor on work that needs the main queue:"
+    + " `await` it (an async API, `await onceOnMain(token:)`, a continuation) rather than wait"
+    + " for it in a semaphore; or make that wait a tracked wait, such as"
+    + " DispatchSemaphore.wait(for:), so that MainOnce can prove the cycle"
 }
 
 /// What the watchdog read about the thread in a flight's way.

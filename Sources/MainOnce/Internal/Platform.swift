@@ -40,6 +40,15 @@ enum Platform {
       .hasSuffix(".xctest")
   }()
 
+  /// Whether this test runner runs Swift Testing rather than XCTest, decided as SwiftPM's
+  /// generated runner decides it: `--testing-library swift-testing` (which `swift test` passes,
+  /// and Swift Testing passes on to an exit test's process) runs Swift Testing; else XCTest.
+  static let isSwiftTestingRunner: Bool =
+    isTestRunner
+    && zip(CommandLine.arguments, CommandLine.arguments.dropFirst()).contains {
+      $0 == "--testing-library" && $1.lowercased() == "swift-testing"
+    }
+
   /// The value of an environment variable, read without Foundation.
   static func environment(_ name: String) -> String? {
     getenv(name).map { String(cString: $0) }

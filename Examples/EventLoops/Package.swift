@@ -1,0 +1,31 @@
+// swift-tools-version: 6.1
+// The documentation's event-loop recipes, compiled verbatim against the real GLib, GTK 4, SDL 2
+// and libuv headers (found with pkg-config), and a GTK 4 application that runs on its own GLib
+// main loop and serves the main queue with MainQueueDriver. `swift test` in the main package
+// checks that each recipe appears here line for line; CI builds this package and runs the GTK
+// application under Xvfb.
+//
+// Needs the libraries' development packages. On Debian or Ubuntu:
+//   apt-get install libglib2.0-dev libgtk-4-dev libsdl2-dev libuv1-dev
+import PackageDescription
+
+let package = Package(
+  name: "EventLoopExamples",
+  products: [.executable(name: "MainOnceGTKExample", targets: ["MainOnceGTKExample"])],
+  dependencies: [.package(name: "MainOnce", path: "../..")],
+  targets: [
+    .systemLibrary(name: "CGLib", pkgConfig: "glib-2.0", providers: [.apt(["libglib2.0-dev"])]),
+    .systemLibrary(name: "CGTK4", pkgConfig: "gtk4", providers: [.apt(["libgtk-4-dev"])]),
+    .systemLibrary(name: "CSDL2", pkgConfig: "sdl2", providers: [.apt(["libsdl2-dev"])]),
+    .systemLibrary(name: "CLibuv", pkgConfig: "libuv", providers: [.apt(["libuv1-dev"])]),
+    // The kernel thread id, which the GTK example prints to show where its setup ran.
+    .target(name: "CThreadID"),
+    .target(name: "GLibRecipe", dependencies: ["CGLib", mainOnce]),
+    .target(name: "SDLRecipe", dependencies: ["CSDL2", mainOnce]),
+    .target(name: "LibuvRecipe", dependencies: ["CLibuv", mainOnce]),
+    .executableTarget(name: "MainOnceGTKExample", dependencies: ["CGTK4", "CThreadID", mainOnce]),
+  ],
+  swiftLanguageModes: [.v6]
+)
+
+var mainOnce: Target.Dependency { .product(name: "MainOnce", package: "MainOnce") }
