@@ -15,13 +15,15 @@ internal import Synchronization
 /// sooner: use `DispatchSemaphore.wait(for:)` or `DispatchGroup.wait(for:)` where you can.
 ///
 /// ```swift
-/// let indexer = WaitTarget.work("indexer")
-/// let finished = DispatchSemaphore(value: 0)
-/// DispatchQueue.global().async {
-///   indexer.perform { buildIndex() }
-///   finished.signal()
+/// func rebuildIndex() {
+///   let indexer = WaitTarget.work("indexer")
+///   let finished = DispatchSemaphore(value: 0)
+///   DispatchQueue.global().async {
+///     indexer.perform { buildIndex() }
+///     finished.signal()
+///   }
+///   withTrackedWait(for: indexer) { finished.wait() }  // as finished.wait(for: indexer) does
 /// }
-/// withTrackedWait(for: indexer) { finished.wait() }  // as finished.wait(for: indexer) does
 /// ```
 ///
 /// The record costs a lock and a walk of the graph; the fast path of a done token is untouched.

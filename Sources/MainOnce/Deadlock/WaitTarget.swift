@@ -10,16 +10,18 @@ internal import Synchronization
 /// MainOnce stops the process with a report naming every edge of the cycle, instead of hanging.
 ///
 /// ```swift
-/// DispatchQueue.main.async {
-///   let loader = WaitTarget.work("loader")
-///   let done = DispatchSemaphore(value: 0)
-///   DispatchQueue.global().async {
-///     loader.perform {
-///       render(Pictures.stack.value)  // needs the main queue
+/// func deadlockOnPurpose() {
+///   DispatchQueue.main.async {
+///     let loader = WaitTarget.work("loader")
+///     let done = DispatchSemaphore(value: 0)
+///     DispatchQueue.global().async {
+///       loader.perform {
+///         render(Pictures.stack.value)  // needs the main queue
+///       }
+///       done.signal()
 ///     }
-///     done.signal()
+///     done.wait(for: loader)  // on the main queue: a deadlock, reported at once
 ///   }
-///   done.wait(for: loader)  // on the main queue: a deadlock, reported at once
 /// }
 /// ```
 public struct WaitTarget: Sendable, CustomStringConvertible {
