@@ -15,6 +15,8 @@ let usage =
   + ForeignLoop.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture service "
   + ServiceScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture regression "
+  + RegressionScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture engine "
   + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
 
@@ -34,6 +36,12 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "foreignLoop",
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "service",
   let scenario = ServiceScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "regression",
+  let scenario = RegressionScenario(rawValue: CommandLine.arguments[2])
 {
   scenario.run()
 }
