@@ -290,8 +290,12 @@ struct EngineSoundnessInProcessTests {
     }
     #expect(values + cancellations == callers.count)
     // Nothing is kept for the callers: the build has ended, and published its value, even if
-    // every caller was cancelled first.
+    // every caller was cancelled first; the watchdog no longer watches it.
     #expect(!lazy.isBuilding)
+    let watched = Detector.state.withLock { state in
+      state.watched.values.contains { $0.subject.label.description.hasSuffix(declaration) }
+    }
+    #expect(!watched, "the watchdog still watches the build")
     let isPublished = lazy._storage.isPublished
     #expect(
       isPublished,

@@ -65,22 +65,18 @@ enum Detector {
     if state.withLock({ $0.watch(subject) }) { Watchdog.start() }
   }
 
-  /// `subject` may have lost its waiting callers, or finished: if the watchdog reported it, it
-  /// says so now, and stops watching it.
+  /// `subject` may have lost its waiting callers, or finished: once nothing is in its way, the
+  /// watchdog stops watching it, and says so if it reported it.
   static func subjectChanged(_ subject: some WaitSubject) {
     let key = ObjectIdentifier(subject)
-    guard let watch = state.withLock({ $0.watched[key] }), watch.isReported else { return }
-    let snapshot = subject.stallSnapshot()
-    guard snapshot.map({ $0.callers.isEmpty }) ?? true else { return }
+    guard state.withLock({ $0.watched[key] != nil }), subject.obstacle() == .nothing else { return }
+    let finished = subject.stallSnapshot() == nil
     let waitingSince = state.withLock { state -> UInt64? in
-      guard let watch = state.watched.removeValue(forKey: key) else { return nil }
-      return watch.waitingSince
+      state.watched.removeValue(forKey: key)?.waitingSince
     }
     guard let waitingSince else { return }
-    DeadlockReport.stallEnded(
-      of: subject.label, finished: snapshot == nil, waitingSince: waitingSince
-    )
-    .deliver(at: nil)
+    DeadlockReport.stallEnded(of: subject.label, finished: finished, waitingSince: waitingSince)
+      .deliver(at: nil)
   }
 
   /// Reacts to a cycle that `wait` closes, as ``DeadlockDetection/cycleResponse`` says: a proven

@@ -14,11 +14,14 @@ struct Look {
     case nobody
     /// Nothing runs yet, and the main queue's owner cannot be read.
     case unknown
+    /// As `unknown`, but this thread held the main queue when it began the tracked wait it is
+    /// in, which has not ended.
+    case recordedHolder(ThreadID)
 
     /// The thread known to be in the way: the runner, or the main queue's holder.
     var thread: ThreadID? {
       switch self {
-      case .runner(let thread, _), .mainQueue(let thread): thread
+      case .runner(let thread, _), .mainQueue(let thread), .recordedHolder(let thread): thread
       case .builder, .nobody, .unknown: nil
       }
     }
@@ -124,6 +127,18 @@ struct Look {
           "no thread holds the main queue, yet the hop has not started: libdispatch may have no"
             + " free worker thread to run it"
         ], "check for threads blocked in large numbers"
+      )
+    case .recordedHolder(let holder):
+      return (
+        [
+          "MainOnce cannot read which thread holds the main queue (queue introspection is off);"
+            + " \(holder) held it when it began to wait for \(trackedWait ?? "something"), and"
+            + " is \(state)"
+        ] + stuck,
+        "without queue introspection MainOnce cannot see who runs a queue, nor prove a cycle"
+          + " through one: unset MAINONCE_QUEUE_INTROSPECTION; or don't block the main queue on"
+          + " work that needs it: use `await onceOnMain(token:)` or the completion form, which"
+          + " never block"
       )
     case .unknown:
       guard finding.activity == .suspended else {
@@ -288,7 +303,9 @@ extension DetectorState {
       switch QueueOwnership.ownerOfMainQueue() {
       case .thread(let owner): inTheWay = .mainQueue(owner)
       case .nobody: inTheWay = .nobody
-      case .unknown: inTheWay = .unknown
+      case .unknown:
+        let holder = waits.values.first { $0.holdsMainQueue && !$0.isOver }
+        inTheWay = holder.map { .recordedHolder($0.thread) } ?? .unknown
       }
     }
     return Look(
