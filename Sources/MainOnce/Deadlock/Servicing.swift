@@ -28,7 +28,7 @@ enum Servicing {
   /// until none is left. The caller holds the main queue.
   static func serve(_ wait: RecordedWait, on thread: ThreadRecord) {
     while let flight = Detector.state.withLock({ $0.serviceableFlight(for: wait) }) {
-      wait.serving { MainQueueEngine.driveInPlace(flight, on: thread) }
+      wait.serving { MainQueueEngine.driveUnlessDriven(flight, on: thread, isHop: false) }
     }
   }
 

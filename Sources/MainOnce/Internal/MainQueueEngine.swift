@@ -1,28 +1,23 @@
 internal import Dispatch
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
-/// waits, and how the end reaches every caller. The states it moves a cell through are listed
-/// once, at the top of `OnceCell.swift`.
+/// waits, and how the end reaches every caller, moving a cell through the states listed at the
+/// top of `OnceCell.swift`.
 ///
-/// A blocking first call, from `onceOnMain(token:)` to its return, reads these files:
-/// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token and its word),
-/// `Internal/OnceCell.swift` (the states), this file (the roles), `MainContext.swift` (whether
-/// the caller holds the main queue) and `Internal/ThreadRecord.swift` (where a thread parks).
-/// The deadlock detector is reached only through the calls on `DeadlockHooks`.
+/// A blocking first call, from `onceOnMain(token:)` to its return, reads six files:
+/// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Internal/OnceCell.swift`
+/// (the states), this file (the roles), `MainContext.swift` (whether the caller holds the main
+/// queue) and `Internal/ThreadRecord.swift` (where a thread parks). The deadlock detector is
+/// reached only through `DeadlockHooks`.
 ///
-/// Under ``OnceCell/lock``, a caller asks the cell for its phase. If it is done, the call
-/// returns. Otherwise the caller queues its attempt in the flight and takes one role:
-///
-/// - **Drive** (in main context): it runs the queued attempts itself, in arrival order, until
-///   one succeeds or none is left. A hop from main context would trap in libdispatch.
-/// - **Wait** (anywhere else): a thread parks, a task suspends, a completion handler is kept.
-///   If nobody runs the flight and no hop is on its way, the caller sends one:
-///   `DispatchQueue.main.async`, which drives the flight in main context.
-///
-/// Whoever finishes the flight (a hop, or main-context code that ran it in place meanwhile)
-/// resolves every caller under the lock, then wakes them. A hop is never `main.sync`: nobody is
-/// ever stuck inside a hop, so when a flight is finished some other way every caller is still
-/// released, and a hop that arrives afterwards finds nothing to do.
+/// A caller asks the cell for its phase under ``OnceCell/lock``; unless it is done, the caller
+/// queues its attempt and takes one of two roles. **Drive**, in main context: run the queued
+/// attempts in arrival order until one succeeds or none is left (a hop from main context would
+/// trap in libdispatch). **Wait**, anywhere else: park, suspend, or keep a completion handler,
+/// after sending a hop (`DispatchQueue.main.async`, which drives the flight) if nobody runs the
+/// flight and none is on its way. Whoever finishes the flight resolves every caller under the
+/// lock, then wakes them. A hop is never `main.sync`: nobody is stuck inside one, so a flight
+/// finished some other way still releases every caller, and a late hop finds nothing to do.
 enum MainQueueEngine {
   // MARK: - Blocking callers
 
@@ -148,25 +143,23 @@ enum MainQueueEngine {
   /// that picks it up at once must not find the lock held).
   private static func sendHop(for flight: Flight) {
     Instrumentation.noteHop()
-    DispatchQueue.main.async { hopArrived(flight) }
+    DispatchQueue.main.async { driveUnlessDriven(flight, on: .current, isHop: true) }
   }
 
-  /// The body of a hop: drives the flight unless it has finished, has nobody left, or is
-  /// driven already.
-  private static func hopArrived(_ flight: Flight) {
-    let thread = ThreadRecord.current
+  /// Drives `flight` here, in main context, unless it has finished or is driven already: the
+  /// body of a hop (`isHop`: it clears the hop's mark), and a main-queue wait that serves
+  /// initializers.
+  static func driveUnlessDriven(_ flight: Flight, on thread: ThreadRecord, isHop: Bool) {
     let first = OnceCell.lock.withLock { () -> Waiter? in
-      flight.hopIsOnItsWay = false
-      if let runner = flight.runner {
-        // An initializer on this thread served the hop from a nested run loop; its caller
-        // goes on driving the queue when it returns.
-        guard runner.thread == thread.id else {
-          Diagnostics.internalInconsistency(
-            "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.label)")
-        }
-        return nil
+      if isHop { flight.hopIsOnItsWay = false }
+      guard let runner = flight.runner else { return flight.startNextAttempt(on: thread.id) }
+      // Only this thread holds the main queue: an initializer on it served the hop from a
+      // nested run loop, and its caller goes on driving the queue when it returns.
+      guard runner.thread == thread.id else {
+        Diagnostics.internalInconsistency(
+          "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.label)")
       }
-      return flight.startNextAttempt(on: thread.id)
+      return nil
     }
     drive(flight, from: first, on: thread)
   }
@@ -191,15 +184,6 @@ enum MainQueueEngine {
     DeadlockHooks.callersLeft(flight)
   }
 
-  /// Runs `flight`'s queued attempts here, in main context, unless someone runs it already or
-  /// it has finished: for main-queue code that serves initializers while it waits.
-  static func driveInPlace(_ flight: Flight, on thread: ThreadRecord) {
-    let first = OnceCell.lock.withLock {
-      flight.runner == nil ? flight.startNextAttempt(on: thread.id) : nil
-    }
-    drive(flight, from: first, on: thread)
-  }
-
   /// Runs `owner`'s attempt in main context. The attempt is a local here, so this function's
   /// reference to it is gone before the owner is told the result.
   private static func runAttempt(of owner: Waiter, on thread: ThreadRecord) -> Result<
@@ -215,11 +199,8 @@ enum MainQueueEngine {
 
   // MARK: - Typed errors
 
-  /// Calls `body`, catching its typed error as `any Error`.
-  ///
-  /// Catching straight into this concrete `Result` keeps the slow path from building a
-  /// `Result<UInt, Failure>`, whose metadata code generic over `Failure` instantiates at run
-  /// time.
+  /// Calls `body`, catching its typed error as `any Error`: a concrete `Result` spares the slow
+  /// path a `Result<UInt, Failure>`, whose metadata generic code instantiates at run time.
   static func erase<Failure: Error>(_ body: () throws(Failure) -> UInt) -> Result<
     UInt, any Error
   > {

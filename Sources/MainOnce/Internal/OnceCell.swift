@@ -64,23 +64,17 @@ struct _OnceWord: ~Copyable, Sendable {
   /// The word, read with an acquiring load: even once done. The fast path of every call.
   @inlinable
   @inline(__always)
-  var value: UInt {
-    word.load(ordering: .acquiring)
-  }
+  var value: UInt { word.load(ordering: .acquiring) }
 
   /// Whether the cell is done: one acquiring load and a bit test.
   @inlinable
   @inline(__always)
-  var isPublished: Bool {
-    value & 1 == 0
-  }
+  var isPublished: Bool { value & 1 == 0 }
 
   /// Whether the cell is done, also when it is *finished* and unpublished (which this publishes):
   /// one acquiring load when done, the lock otherwise.
   @inlinable
-  var isDone: Bool {
-    isPublished || _isDoneSlowPath()
-  }
+  var isDone: Bool { isPublished || _isDoneSlowPath() }
 
   @usableFromInline
   @inline(never)
@@ -148,43 +142,31 @@ struct OnceCell {
 /// A caller's initializer, type-erased. It returns the value to publish (even).
 typealias Attempt = () -> Result<UInt, any Error>
 
-/// The calls in progress for one cell that is not done: who runs an initializer, who waits,
-/// whether a hop is on its way, and the outcome once an initializer has succeeded. Every
-/// variable is guarded by ``OnceCell/lock``.
-///
-/// A flight is its cell's identity while calls are in progress. The storage retains it, and so
-/// does everything that refers to the cell from outside a borrow (a hop, a waiter, the deadlock
-/// detector): an object cannot be reallocated while it is retained, so nothing left over from
-/// one cell can act on another cell that reuses the storage's address.
+/// The calls in progress for one cell that is not done (see the table above). It is the cell's
+/// identity while calls are in progress: the storage retains it, and so does everything that
+/// refers to the cell from outside a borrow (a hop, a waiter, the deadlock detector). An object
+/// cannot be reallocated while it is retained, so nothing left over from one cell can act on
+/// another cell that reuses the storage's address.
 final class Flight: @unchecked Sendable {
   // This is safe because the variables are only read and written under `OnceCell.lock`, which
   // also makes their accesses exclusive, so they skip the dynamic check.
 
   let label: CellLabel
 
-  /// The value of the attempt that succeeded; `nil` until one has. Then the flight is finished:
-  /// its queue is empty and it runs nothing again.
+  /// The value of the attempt that succeeded, once one has: then it runs nothing again.
   @exclusivity(unchecked) var outcome: UInt?
-
   /// The thread in main context that runs the queued attempts, one after another.
   @exclusivity(unchecked) var runner: Runner?
-
   /// Callers waiting, in arrival order, each with its own attempt.
   @exclusivity(unchecked) var queue: [Waiter] = []
-
-  /// Whether a hop to the main queue is on its way.
   @exclusivity(unchecked) var hopIsOnItsWay = false
-
-  /// Bumped whenever who or what is in the flight's way changes (a runner starts or stops, it
-  /// finishes): the deadlock detector checks that it did not change while it gathered evidence.
+  /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
+  /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
 
   init(label: CellLabel) {
     self.label = label
   }
-
-  /// Whether the flight waits for the main queue: not finished, and nobody runs it.
-  var awaitsMainQueue: Bool { outcome == nil && runner == nil && !queue.isEmpty }
 
   /// Queues `waiter` behind the callers already waiting.
   func enqueue(_ waiter: Waiter) {
@@ -211,10 +193,8 @@ final class Flight: @unchecked Sendable {
       return nil
     }
     owner.isRunning = true
-    if runner?.thread != thread {
-      runner = Runner(thread: thread, site: owner.site)
-      epoch.add(1, ordering: .releasing)
-    }
+    if runner?.thread != thread { epoch.add(1, ordering: .releasing) }
+    runner = Runner(thread: thread, site: owner.site)
     return owner
   }
 
@@ -267,8 +247,7 @@ final class Flight: @unchecked Sendable {
 
   /// The flight whose tagged address is `raw`, if it is one. Call under the lock.
   static func attached(_ raw: UInt) -> Flight? {
-    guard raw & 1 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
-    return Unmanaged<Flight>.fromOpaque(pointer).takeUnretainedValue()
+    reference(raw)?.takeUnretainedValue()
   }
 
   /// A +1 reference for the storage to hold, tagged as not done.
@@ -278,8 +257,12 @@ final class Flight: @unchecked Sendable {
 
   /// Gives back the storage's reference, if `raw` is a flight's.
   static func releaseAttached(_ raw: UInt) {
-    guard raw & 1 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return }
-    Unmanaged<Flight>.fromOpaque(pointer).release()
+    reference(raw)?.release()
+  }
+
+  private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {
+    guard raw & 1 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
+    return Unmanaged<Flight>.fromOpaque(pointer)
   }
 }
 
@@ -290,13 +273,11 @@ struct Runner {
   let since = Platform.monotonicNanoseconds()
 }
 
-/// How a caller's wait ended.
+/// How a caller's wait ended: an attempt succeeded (its own or another's); its own attempt
+/// threw; or, for a task, it was cancelled before its attempt started.
 enum Resolution {
-  /// An attempt for the cell succeeded: this caller's, or another's.
   case done
-  /// This caller's own attempt ran and threw this error.
   case failed(any Error)
-  /// A task's caller, cancelled before its attempt started.
   case cancelled
 }
 
@@ -307,16 +288,14 @@ final class Waiter: @unchecked Sendable {
   // the caller after it is told (through the lock, the parking's semaphore or the
   // continuation, each of which orders the two), and `isResolved`, an atomic.
 
-  /// How the caller learns its resolution.
+  /// How the caller learns its resolution: a parked thread is signalled; a suspended task
+  /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to
+  /// its queue, under the lock, so that handlers keep the order of the calls; main-context code
+  /// that runs the queue itself reads ``resolution`` when it is done.
   enum Kind {
-    /// A thread parked until it is told.
     case thread(Parking, ThreadID)
-    /// A suspended task; `nil` until it has suspended.
     case task(UnsafeContinuation<Resolution, Never>?)
-    /// A completion-form call: submits its handler to its queue, under the lock, so that
-    /// handlers keep the order of the calls.
     case handler(@Sendable (Resolution) -> Void)
-    /// Main-context code that runs the queue itself and reads ``resolution`` when it is done.
     case inPlace
   }
 
@@ -341,11 +320,6 @@ final class Waiter: @unchecked Sendable {
     self.kind = kind
     self.attempt = attempt
     self.storage = storage
-  }
-
-  /// Whether the caller waits: it does not run the queue itself.
-  var isWaiting: Bool {
-    if case .inPlace = kind { false } else { true }
   }
 }
 

@@ -18,23 +18,18 @@ final class ThreadRecord: @unchecked Sendable {
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
-
   /// Whether this is the process's main thread (tid == pid).
   let isMainThread: Bool
-
   /// How many main-queue attempts this thread is running right now. They run in main context,
   /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
   @exclusivity(unchecked) var mainContextDepth = 0
-
   /// The object cells this thread used last (see ``ObjectCells``).
   let objectCells = ObjectCellCache()
-
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
 
   /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
-  /// code that runs during another wait of this thread (an initializer run by its own hop)
-  /// gets a fresh one.
+  /// another wait of this thread gets a fresh one.
   func takeParking() -> Parking {
     defer { spareParking = nil }
     return spareParking ?? Parking()
