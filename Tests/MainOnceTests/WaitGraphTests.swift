@@ -74,8 +74,10 @@ struct WaitGraphTests {
       ])
   }
 
-  @Test("a thread that serves initializers, nested in its wait, is not waiting")
-  func servingThread() async {
+  @Test(
+    "a thread asleep outside its blocking call (in a lock on its way in, or serving) is not waiting"
+  )
+  func outsideTheBlockingCall() async {
     let outcome = await onThread { () -> [String] in
       let other = OtherThread(.sleepsInFutex)
       defer { other.release() }
@@ -83,10 +85,13 @@ struct WaitGraphTests {
       let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
       let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
       let waits = [other.id: theirs, me: mine]
-      let serving = theirs.serving { verdict(closedBy: mine, waits: waits) }
-      return ["serving: \(serving)", "after: \(verdict(closedBy: mine, waits: waits))"]
+      // Out of its blocking call: it serves an initializer, say, or takes a lock.
+      theirs.blocking.add(1, ordering: .releasing)
+      let outside = verdict(closedBy: mine, waits: waits)
+      theirs.blocking.add(1, ordering: .releasing)
+      return ["outside: \(outside)", "inside: \(verdict(closedBy: mine, waits: waits))"]
     }
-    #expect(outcome == ["serving: unsettled", "after: proven"])
+    #expect(outcome == ["outside: unsettled", "inside: proven"])
   }
 
   @Test("a withTrackedWait counts only once its thread has not run at all for a stall timeout")
@@ -175,13 +180,15 @@ extension RecordedWait {
     return (wait, ending)
   }
 
-  /// `thread`'s tracked wait for `target`.
+  /// `thread`'s tracked wait for `target`, inside its blocking call.
   fileprivate static func forThread(
     _ target: ThreadID, on thread: ThreadID, evidence: Evidence
   ) -> RecordedWait {
-    RecordedWait(
+    let wait = RecordedWait(
       on: thread, object: .target(WaitTarget(kind: .thread(target))), operation: "test",
       site: graphSite, holdsMainQueue: false, evidence: evidence)
+    wait.blocking.add(1, ordering: .releasing)
+    return wait
   }
 }
 

@@ -20,8 +20,10 @@ internal import Synchronization
 /// - The thread that closes the cycle is about to block in its wait, unless the wait is a
 ///   `withTrackedWait`, which the watchdog looks at again.
 ///
-/// A thread that serves initializers in place, nested in its wait (`service`), is not
-/// waiting. Nor is one whose wait has a deadline. And every edge must still hold once the
+/// A thread asleep outside the blocking call itself (in a lock on its way in, or in an
+/// initializer it serves in place under `service`) is not asleep in its wait: each wait marks
+/// its blocking call (``RecordedWait/blocking``), and the mark must hold, unchanged, across the
+/// readings. Nor does a wait with a deadline count. And every edge must still hold once the
 /// evidence is in: the same wait recorded, the same blocker, the same runner or main-queue
 /// holder (each subject's epoch unchanged). Where `/proc` cannot be read, only cycles of
 /// once-cell waits can be proven.
@@ -45,11 +47,13 @@ enum Evidence {
   ) -> Verdict {
     let closerIsAboutToBlock = onClosingThread && closer.evidence != .opaque
     let before = cycle.map(EdgeState.init)
-    if before.contains(where: \.isServing) { return .unsettled }
-    // The threads whose sleep is the evidence, and their readings in two sweeps.
-    let sampled = cycle.filter { edge in
+    // The threads whose sleep in their blocking call is the evidence, and their readings in
+    // two sweeps.
+    let sleepers = cycle.filter { edge in
       edge.wait.evidence != .resolution && !(closerIsAboutToBlock && edge.wait === closer)
-    }.map(\.waiter)
+    }
+    if sleepers.contains(where: { EdgeState($0).isOutsideBlockingCall }) { return .unsettled }
+    let sampled = sleepers.map(\.waiter)
     let first = sampled.map(ThreadSampler.reading)
     let second = sampled.map(ThreadSampler.reading)
     let now = Platform.monotonicNanoseconds()
@@ -88,14 +92,14 @@ enum Evidence {
 
 /// What must not change on an edge while its evidence is gathered.
 private struct EdgeState: Equatable {
-  let serving: UInt
+  let blocking: UInt
   let epoch: UInt
 
   init(_ edge: CycleEdge) {
-    serving = edge.wait.serving.load(ordering: .acquiring)
+    blocking = edge.wait.blocking.load(ordering: .acquiring)
     epoch =
       if case .subject(let subject, _) = edge.wait.object { subject.epochNow } else { 0 }
   }
 
-  var isServing: Bool { serving & 1 == 1 }
+  var isOutsideBlockingCall: Bool { blocking & 1 == 0 }
 }

@@ -7,8 +7,8 @@ internal import Synchronization
 /// initializer that needs the main queue. The main-queue thread holds the main queue, so it can
 /// run that initializer itself, nested in its wait, as a run loop nested in main-queue code runs
 /// other main-queue work. The initializer's caller is answered as if a hop had run it, the
-/// worker goes on, and the wait ends normally. While it serves, the thread is not waiting: the
-/// deadlock detector does not count its wait (``RecordedWait/serving``).
+/// worker goes on, and the wait ends normally. While it serves, the thread is not in its
+/// blocking call: the deadlock detector does not count its wait (``RecordedWait/blocking``).
 ///
 /// A wait serves before it blocks: the initializers that threads it depends on (through the
 /// wait-for graph) already wait for. Semaphore and group waits without a deadline also serve
@@ -28,7 +28,7 @@ enum Servicing {
   /// until none is left. The caller holds the main queue.
   static func serve(_ wait: RecordedWait, on thread: ThreadRecord) {
     while let flight = Detector.state.withLock({ $0.serviceableFlight(for: wait) }) {
-      wait.serving { MainQueueEngine.driveUnlessDriven(flight, on: thread, isHop: false) }
+      MainQueueEngine.driveUnlessDriven(flight, on: thread, isHop: false)
     }
   }
 
@@ -43,17 +43,18 @@ enum Servicing {
       on: thread.id, object: .target(target), operation: operation, site: site,
       holdsMainQueue: true, evidence: .sleepsInWait, desk: desk)
     serve(wait, on: thread)
+    guard Platform.startThread({ start { desk.finish() } }) == 0 else {
+      // No thread to wait on: wait here, without serving.
+      return trackingWait(
+        for: target, operation: operation, site: site, evidence: .sleepsInWait
+      ) { recorded in recorded.blocking { start {} } }
+    }
     Detector.begin(wait)
     defer { Detector.end(wait) }
-    let status = Platform.startThread { start { desk.finish() } }
-    if status != 0 {
-      // No thread to wait on: wait here, without serving.
-      return start {}
-    }
     while true {
       serve(wait, on: thread)
       if desk.isFinished { return }
-      desk.park()
+      wait.blocking { desk.park() }
     }
   }
 }

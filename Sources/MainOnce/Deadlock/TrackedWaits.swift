@@ -44,7 +44,7 @@ public func withTrackedWait<Result, Failure: Error>(
   try trackingWait(
     for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
     evidence: .opaque
-  ) { (_) throws(Failure) in try wait() }
+  ) { (recorded) throws(Failure) in try recorded.blocking(wait) }
 }
 
 extension DispatchSemaphore {
@@ -148,7 +148,7 @@ extension TrackableWait {
         isOver = self.wait(timeout: .now()) == .success
         return isOver
       }
-    ) { _ in if !isOver { wait() } }
+    ) { recorded in if !isOver { recorded.blocking { wait() } } }
   }
 
   /// A tracked wait with a deadline: recorded for reports, never part of a proven cycle.
@@ -158,7 +158,7 @@ extension TrackableWait {
     if wait(timeout: .now()) == .success { return .success }
     return trackingWait(
       for: target, operation: operation, site: site, hasDeadline: true, evidence: .sleepsInWait
-    ) { _ in wait(timeout: timeout) }
+    ) { recorded in recorded.blocking { wait(timeout: timeout) } }
   }
 }
 
@@ -186,9 +186,11 @@ extension DispatchQueue {
       for: target, operation: "DispatchQueue.trackedSync", site: site, evidence: .syncOnQueue
     ) { (recorded) throws(Failure) in
       var outcome: Swift.Result<Result, Failure>?
-      sync {
-        recorded.entered.store(true, ordering: .releasing)
-        outcome = Swift.Result { () throws(Failure) in try work() }
+      recorded.blocking {
+        sync {
+          recorded.entered.store(true, ordering: .releasing)
+          outcome = Swift.Result { () throws(Failure) in try work() }
+        }
       }
       return try outcome!.get()
     }

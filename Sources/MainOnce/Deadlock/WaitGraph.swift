@@ -55,9 +55,11 @@ final class RecordedWait: @unchecked Sendable {
   let ended = Atomic(false)
   /// Set by `trackedSync` when its work starts: the wait for the queue is over.
   let entered = Atomic(false)
-  /// Odd while the thread runs initializers in place, nested in this wait (`service`): it is
-  /// not waiting then. Bumped at the start and at the end of each service.
-  let serving = Atomic<UInt>(0)
+  /// Odd while the thread is inside the blocking call itself (the semaphore's or group's wait,
+  /// the desk's park, the `sync`, the `withTrackedWait` closure): bumped on the way in and on
+  /// the way out. A thread asleep anywhere else (in a lock on its way into the wait, in an
+  /// initializer it serves in place) is not asleep in the wait.
+  let blocking = Atomic<UInt>(0)
 
   /// The wait this one is nested in, on the same thread; under the detector's lock.
   var previous: RecordedWait?
@@ -88,11 +90,13 @@ final class RecordedWait: @unchecked Sendable {
   /// Whether the wait can be part of a cycle: it has no deadline, and it is not over.
   var canBeInCycle: Bool { !hasDeadline && !isOver }
 
-  /// Runs `body` as a service nested in this wait: the thread is not waiting meanwhile.
-  func serving<Result>(_ body: () -> Result) -> Result {
-    serving.add(1, ordering: .releasing)
-    defer { serving.add(1, ordering: .releasing) }
-    return body()
+  /// Runs `body`, the blocking call itself, marked as such.
+  func blocking<Result, Failure: Error>(
+    _ body: () throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    blocking.add(1, ordering: .releasing)
+    defer { blocking.add(1, ordering: .releasing) }
+    return try body()
   }
 
   /// The blocking call, for reports: `onceOnMain(token:) at App/Store.swift:31`.
