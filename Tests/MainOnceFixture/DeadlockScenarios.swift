@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import MainOnce
+@_spi(Instrumentation) import MainOnce
 import MainOnceFixtureSupport
 
 /// Scenarios for the deadlock detector: `MainOnceFixture deadlock <scenario>`.
@@ -25,6 +25,9 @@ enum DeadlockScenario: String, CaseIterable {
   /// `DispatchQueue.main.trackedSync` from main-queue code.
   case mainQueueSyncFromMain
   /// Main-queue code blocks in a raw semaphore wait for 3 s while a thread waits for it.
+  ///
+  /// Every length here is scaled (``TimeScale``): each is how long a state lasts for the
+  /// watchdog to find it, which takes longer on a loaded machine.
   case rawSemaphore
   /// The main thread blocks for 3 s before it ever serves the main queue.
   case neverServed
@@ -47,7 +50,7 @@ enum DeadlockScenario: String, CaseIterable {
   /// A main-queue block computes for 1.5 s, then blocks in a raw semaphore wait for 5 s.
   case busyThenBlocked
   /// An initializer sleeps 1.8 s while its caller and another thread wait for it; a
-  /// `runOnce(for:)` body does the same beside it.
+  /// `runOnce(for:)` body does the same beside it. The watchdog looks once all three wait.
   case slowInitializer
   /// `rawSemaphore` with an abort policy, a 300 ms stall timeout and a report handler, all set
   /// in code.
@@ -74,9 +77,9 @@ enum DeadlockScenario: String, CaseIterable {
   /// The main thread serves the main queue in `RunLoop.main.run(until:)`, then blocks 3 s in a
   /// semaphore while a worker waits for it.
   case servedThenBlocked
-  /// 64 threads wait for one initializer that sleeps 2.5 s.
+  /// 64 threads wait for one initializer that sleeps 2.5 s. The watchdog looks once all wait.
   case manyWaiters
-  /// A stall timeout of 15 s is lowered to 100 ms in code while a caller waits.
+  /// A stall timeout of an hour is lowered to 100 ms in code while a caller waits.
   case loweredStallTimeout
 
   enum Tokens {
@@ -95,10 +98,14 @@ enum DeadlockScenario: String, CaseIterable {
       let loader = WaitTarget.work("loader")
       let done = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(100)) {
+        let mainQueueThread = KernelThread.current
+        Thread {
+          // Once the main queue's thread sleeps in its wait (bounded: if it never does, the
+          // test finds no report).
+          _ = waitUntil { KernelThread.isAsleep(mainQueueThread) }
           loader.perform { onceOnMain(token: Tokens.token) {} }
           done.signal()
-        }
+        }.start()
         done.wait(for: loader)
         verdict(true, "the cycle went unnoticed")
       }
@@ -110,7 +117,7 @@ enum DeadlockScenario: String, CaseIterable {
           loader.perform { onceOnMain(token: Tokens.token) {} }
           done.signal()
         }.start()
-        usleep(300_000)  // the worker is blocked in its hop by now
+        _ = waitUntilParked()  // the worker is blocked in its hop
         done.wait(for: loader)
         verdict(true, "the cycle went unnoticed")
       }
@@ -121,7 +128,7 @@ enum DeadlockScenario: String, CaseIterable {
       DispatchQueue.main.async {
         Thread { loader.perform { onceOnMain(token: Tokens.token) {} } }.start()
         if self == .trackedCycleMainRunsAndCloses || self == .runningTrackedWaitCloses {
-          usleep(300_000)  // the worker is blocked in its hop by now
+          _ = waitUntilParked()  // the worker is blocked in its hop
         }
         withTrackedWait(for: loader) {
           if self == .runningTrackedWait || self == .runningTrackedWaitCloses {
@@ -142,19 +149,19 @@ enum DeadlockScenario: String, CaseIterable {
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        _ = never.wait(timeout: .now() + 3)
+        _ = never.wait(timeout: .now() + TimeScale.seconds(3))
       }
     case .neverServed:
       Thread { callAndFinish() }.start()
-      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 3)
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(3))
     case .busyMain:
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        compute(for: .milliseconds(2_500))
+        compute(for: .milliseconds(2_500).scaled)
       }
     case .sleepingMain:
       Thread { callAndFinish() }.start()
-      usleep(1_500_000)
+      usleep(TimeScale.microseconds(1_500_000))
     case .unrelatedTrackedWait:
       let compute = WaitTarget.work("compute")
       let done = DispatchSemaphore(value: 0)
@@ -170,32 +177,40 @@ enum DeadlockScenario: String, CaseIterable {
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        _ = never.wait(timeout: .now() + 2.5)
+        _ = never.wait(timeout: .now() + TimeScale.seconds(2.5))
       }
       RunLoop.main.run()
     case .idleEventLoop:
       Thread { callAndFinish() }.start()
       // An event loop that is not Dispatch's (as GLib's or libuv's would be): it waits in poll
       // for input that never comes, and does not serve the main queue meanwhile.
-      idleInPoll(milliseconds: 1_600)
+      idleInPoll(milliseconds: Int32(TimeScale.seconds(1.6) * 1_000))
     case .busyThenBlocked:
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        compute(for: .milliseconds(1_500))
-        _ = never.wait(timeout: .now() + 5)
+        compute(for: .milliseconds(1_500).scaled)
+        _ = never.wait(timeout: .now() + TimeScale.seconds(5))
       }
     case .slowInitializer:
-      Thread { onceOnMain(token: Tokens.token) { usleep(1_800_000) } }.start()
-      let object = Owner()
-      Thread { runOnceSlowly(for: object) }.start()
+      let running = DispatchSemaphore(value: 0)
+      let bodyRunning = DispatchSemaphore(value: 0)
+      lookOnceParked(3)
       Thread {
-        usleep(100_000)
-        runOnceSlowly(for: object)  // waits 1.7 s for the first, on the calling thread
+        onceOnMain(token: Tokens.token) {
+          running.signal()
+          usleep(TimeScale.microseconds(1_800_000))
+        }
+      }.start()
+      let object = Owner()
+      Thread { runOnceSlowly(for: object, running: bodyRunning) }.start()
+      Thread {
+        _ = bodyRunning.wait(timeout: .now() + TimeScale.seconds(10))
+        runOnceSlowly(for: object, running: bodyRunning)  // waits for the first, on this thread
       }.start()
       Thread {
-        usleep(100_000)
-        callAndFinish()  // waits 1.7 s for the slow initializer
+        _ = running.wait(timeout: .now() + TimeScale.seconds(10))
+        callAndFinish()  // waits for the slow initializer
       }.start()
     case .configuredInCode:
       DeadlockDetection.stallResponse = .abort
@@ -204,7 +219,7 @@ enum DeadlockScenario: String, CaseIterable {
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        _ = never.wait(timeout: .now() + 3)
+        _ = never.wait(timeout: .now() + TimeScale.seconds(3))
       }
     case .timedTrackedWaits:
       let worker = WaitTarget.work("worker")
@@ -217,11 +232,11 @@ enum DeadlockScenario: String, CaseIterable {
           done.signal()
           group.leave()
         }.start()
-        usleep(200_000)  // the worker waits for the initializer by now
+        _ = waitUntilParked()  // the worker waits for the initializer
         let first = done.wait(for: worker, timeout: .now() + .milliseconds(300))
         let second = group.wait(for: worker, timeout: .now() + .milliseconds(300))
         DispatchQueue.global().async {
-          _ = group.wait(timeout: .now() + 10)
+          _ = group.wait(timeout: .now() + TimeScale.seconds(10))
           verdict(true, "timed waits: \(first), \(second); the worker finished")
         }
       }
@@ -235,7 +250,7 @@ enum DeadlockScenario: String, CaseIterable {
             onceOnMain(token: Tokens.token) {}
           }
         }.start()
-        usleep(200_000)  // the worker has signalled, and waits for the initializer by now
+        _ = waitUntilParked()  // the worker has signalled, and waits for the initializer
         done.wait(for: worker)
         DispatchQueue.global().async { callAndFinish() }
       }
@@ -264,8 +279,8 @@ enum DeadlockScenario: String, CaseIterable {
             }
             returned.signal()
           }.start()
-          guard returned.wait(timeout: .now() + 5) == .success else {
-            verdict(false, "round \(round) did not return within 5 s")
+          guard returned.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+            verdict(false, "round \(round) did not return within \(TimeScale.seconds(5)) s")
           }
         }
         verdict(true, "400 rounds")
@@ -287,42 +302,51 @@ enum DeadlockScenario: String, CaseIterable {
         try await onceOnMain(token: Tokens.token) {}
         verdict(true, "the initializer ran")
       }
-      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
     case .neverServedCompletion:
       onceOnMain(token: Tokens.token, completionQueue: .global()) {
       } completion: {
         verdict(true, "the initializer ran")
       }
-      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
     case .neverServedAsyncLazy:
       Task.detached {
         _ = try await Tokens.lazy.value
         verdict(true, "the builder ran")
       }
-      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 2.5)
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
     case .servedThenBlocked:
       DispatchQueue.main.async { print("the run loop served the main queue") }
       RunLoop.main.run(until: .now + 0.2)
       Thread { callAndFinish() }.start()
-      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 3)
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(3))
     case .manyWaiters:
-      Thread { onceOnMain(token: Tokens.token) { usleep(2_500_000) } }.start()
-      usleep(100_000)
-      for _ in 0..<63 { Thread { onceOnMain(token: Tokens.token) {} }.start() }
+      let running = DispatchSemaphore(value: 0)
+      lookOnceParked(65)
       Thread {
-        usleep(200_000)
+        onceOnMain(token: Tokens.token) {
+          running.signal()
+          usleep(TimeScale.microseconds(2_500_000))
+        }
+      }.start()
+      Thread {
+        _ = running.wait(timeout: .now() + TimeScale.seconds(10))
+        for _ in 0..<63 { Thread { onceOnMain(token: Tokens.token) {} }.start() }
         callAndFinish()
       }.start()
     case .loweredStallTimeout:
-      DeadlockDetection.stallTimeout = .seconds(15)
+      DeadlockDetection.stallTimeout = .seconds(3_600)
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
         Thread {
-          usleep(300_000)  // the caller waits, and the watchdog sleeps for 15 s, by now
+          _ = waitUntilParked()  // the caller waits
+          // The watchdog, started by the caller, sleeps for an hour by now; if it has not got
+          // that far, its first round reads the lowered timeout, and the test proves less.
+          usleep(300_000)
           DeadlockDetection.stallTimeout = .milliseconds(100)
         }.start()
-        _ = never.wait(timeout: .now() + 3)
+        _ = never.wait(timeout: .now() + TimeScale.seconds(3))
       }
     case .nestedSyncWithoutIntrospection:
       DeadlockDetection.reportHandler = { report in
@@ -353,20 +377,46 @@ private final class TokenHolder: Sendable {
 /// An object to scope `runOnce(for:)` to.
 private final class Owner: Sendable {}
 
-/// One `runOnce(for:)` call site, whose body takes 1.8 s.
-private func runOnceSlowly(for object: AnyObject) {
-  runOnce(for: object) { usleep(1_800_000) }
+/// One `runOnce(for:)` call site, whose body signals `running`, then takes 1.8 s (scaled).
+private func runOnceSlowly(for object: AnyObject, running: DispatchSemaphore) {
+  runOnce(for: object) {
+    running.signal()
+    usleep(TimeScale.microseconds(1_800_000))
+  }
 }
 
-/// Calls `onceOnMain` and ends the process with a passing verdict once the initializer ran.
+/// Holds the watchdog's first look at a stall until `count` threads are parked in MainOnce, so
+/// that its report lists every caller however long they took to arrive: the stall timeout is an
+/// hour until then, and the default, a second, from then on (a new timeout applies at once).
+private func lookOnceParked(_ count: Int) {
+  let defaultTimeout = DeadlockDetection.stallTimeout
+  DeadlockDetection.stallTimeout = .seconds(3_600)
+  Thread {
+    guard waitUntilParked(count) else {
+      verdict(false, "only \(Instrumentation.parkedThreads) of \(count) callers parked")
+    }
+    DeadlockDetection.stallTimeout = defaultTimeout
+  }.start()
+}
+
 /// A report handler that prints `HANDLER <kind> <first line>` at once.
 @Sendable private func printHeadline(of report: DeadlockReport) {
   let firstLine = report.text.prefix(while: { $0 != "\n" })
   FileHandle.standardOutput.write(Data("HANDLER \(report.kind) \(firstLine)\n".utf8))
 }
 
+/// Calls `onceOnMain` and ends the process with a passing verdict once the initializer ran.
+///
+/// It prints how long it waited first, `CALLER waited <seconds> s`, for the tests to compare
+/// with what MainOnce reported. It ends on the main queue, once the block that ran the
+/// initializer has returned: MainOnce reports the end of a stall there, after it has woken this
+/// caller, and exiting at once would race with that report.
 private func callAndFinish() -> Never {
   var ran = false
+  let start = ContinuousClock.now
   onceOnMain(token: DeadlockScenario.Tokens.token) { ran = true }
-  verdict(true, "initializer ran: \(ran)")
+  let (seconds, attoseconds) = (ContinuousClock.now - start).components
+  print("CALLER waited \(Double(seconds) + Double(attoseconds) / 1e18) s")
+  DispatchQueue.main.async { [ran] in verdict(true, "initializer ran: \(ran)") }
+  while true { pause() }
 }

@@ -9,7 +9,8 @@ import Synchronization
 /// Each needs the main queue to itself, so each runs in a process of its own. Each prints one
 /// verdict line, `PASS key=value …` or `FAIL reason key=value …`, exits 0 only on PASS, and is
 /// bounded: a watchdog ends it with `FAIL … timed out` (status 3) if anything hangs. `driver` is
-/// `dispatchMain` (the default) or `runLoop`.
+/// `dispatchMain` (the default) or `runLoop`. Every bound is scaled (``TimeScale``); a scenario
+/// that needs a worker parked in its hop waits until it is (`waitUntilParked`).
 enum EngineScenario: String, CaseIterable {
   /// A completion call queues an asynchronous hop; main-queue code then runs the token in place,
   /// so the hop is left over. The token's owner dies, a new owner with a fresh token gets the
@@ -227,12 +228,12 @@ private func runStaleHopEarlyReturn() {
     tally.set("freshRunsWhenReturned", tally["freshRuns"])
     returned.signal()
   }.start()
-  usleep(200_000)  // the worker is in its hop by now
+  _ = waitUntilParked()  // the worker is in its hop
   DispatchQueue.global().async {
-    guard returned.wait(timeout: .now() + 5) == .success else {
-      verdict(false, "the worker did not return within 5 s \(tally.summary)")
+    guard returned.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+      verdict(false, "the worker did not return in time \(tally.summary)")
     }
-    usleep(100_000)  // let the first completion arrive
+    _ = waitUntil { tally["firstCompletions"] > 0 }  // the first completion may still be on its way
     verdict(
       tally["freshRunsWhenReturned"] == 1 && tally["firstRuns"] == 1
         && tally["firstCompletions"] == 1,
@@ -251,7 +252,7 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
   let waiterReturned = DispatchSemaphore(value: 0)
   let handoff = Handoff(first!)
   Thread {
-    _ = go.wait(timeout: .now() + 5)
+    _ = go.wait(timeout: .now() + TimeScale.seconds(5))
     if let widget = handoff.take() {
       // Queues behind the main-queue initializer below, which is running.
       try? widgetSite(widget) { tally.add("waiterRuns") }
@@ -261,7 +262,7 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
   do {
     try widgetSite(first!) { () throws(Boom) in
       go.signal()
-      usleep(100_000)  // the worker queues behind this initializer
+      _ = waitUntilParked()  // the worker queues behind this initializer
       throw Boom()  // a hop is sent for the queued worker
     }
   } catch {
@@ -269,8 +270,8 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
   }
   // In place again: succeeds, answers the worker, and leaves the hop sent for it over.
   try? widgetSite(first!) { tally.add("mainRuns") }
-  guard waiterReturned.wait(timeout: .now() + 5) == .success else {
-    verdict(false, "the queued worker did not return within 5 s \(tally.summary)")
+  guard waiterReturned.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+    verdict(false, "the queued worker did not return in time \(tally.summary)")
   }
   first = nil
   guard let fresh = allocate(at: firstAddress, spare: &spare, Widget.init) else {
@@ -287,10 +288,10 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
     if freshRuns.load(ordering: .relaxed) != 1 { tally.add("earlyReturns") }
     returned.signal()
   }.start()
-  usleep(150_000)  // the worker is in its hop by now
+  _ = waitUntilParked()  // the worker is in its hop
   DispatchQueue.global().async {
-    guard returned.wait(timeout: .now() + 5) == .success else {
-      verdict(false, "a fresh widget's caller did not return within 5 s \(tally.summary)")
+    guard returned.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+      verdict(false, "a fresh widget's caller did not return in time \(tally.summary)")
     }
     if tally["earlyReturns"] > 0 || round + 1 == rounds {
       // Each round's first widget succeeds once: by main-queue code's retry, or by the queued
@@ -322,16 +323,16 @@ private func runStaleHopNegativeCount(driver: Driver) -> Never {
         }
         queued.signal()
       }.start()
-      _ = queued.wait(timeout: .now() + 5)
+      _ = queued.wait(timeout: .now() + TimeScale.seconds(5))
       // A run loop nested in the initializer serves the main queue: the left-over hop runs.
-      RunLoop.main.run(until: Date(timeIntervalSinceNow: 0.2))
+      RunLoop.main.run(until: Date(timeIntervalSinceNow: TimeScale.seconds(0.2)))
       throw Boom()  // the completion caller's initializer must be tried next
     }
   } catch {
     tally.add("inPlaceThrew")
   }
   DispatchQueue.global().async {
-    let answered = completed.wait(timeout: .now() + 3) == .success
+    let answered = completed.wait(timeout: .now() + TimeScale.seconds(3)) == .success
     tally.set("completionAnswered", answered ? 1 : 0)
     let laterReturned = laterCallerReturns(for: fresh, tally)
     verdict(
@@ -342,15 +343,15 @@ private func runStaleHopNegativeCount(driver: Driver) -> Never {
   serveMainQueue(with: driver)
 }
 
-/// Whether a later blocking caller of `owner`'s token returns within 3 s; its initializer counts
-/// `laterRuns`, and the answer is recorded as `laterCallerReturned`.
+/// Whether a later blocking caller of `owner`'s token returns within 3 s (scaled); its
+/// initializer counts `laterRuns`, and the answer is recorded as `laterCallerReturned`.
 private func laterCallerReturns(for owner: TokenOwner, _ tally: Tally) -> Bool {
   let later = DispatchSemaphore(value: 0)
   Thread {
     onceOnMain(token: owner.token) { tally.add("laterRuns") }
     later.signal()
   }.start()
-  let returned = later.wait(timeout: .now() + 3) == .success
+  let returned = later.wait(timeout: .now() + TimeScale.seconds(3)) == .success
   tally.set("laterCallerReturned", returned ? 1 : 0)
   return returned
 }
@@ -367,7 +368,7 @@ private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
         tally.add("workerRuns")
         // Queued behind the worker's hop: once this has run, so has the hop (FIFO).
         DispatchQueue.main.async { tally.add("markerRuns") }
-        RunLoop.main.run(until: Date(timeIntervalSinceNow: 0.2))
+        RunLoop.main.run(until: Date(timeIntervalSinceNow: TimeScale.seconds(0.2)))
         throw Boom()
       }
     } catch {
@@ -375,7 +376,7 @@ private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
     }
     workerReturned.signal()
   }.start()
-  usleep(200_000)  // the worker is parked, its hop queued on the main queue
+  _ = waitUntilParked()  // the worker is parked, its hop queued on the main queue
   do {
     // In place: runs the worker's initializer, then this one.
     try onceOnMain(token: owner.token) { () throws(Boom) in
@@ -386,7 +387,7 @@ private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
     tally.add("mainThrew")
   }
   DispatchQueue.global().async {
-    let workerDone = workerReturned.wait(timeout: .now() + 3) == .success
+    let workerDone = workerReturned.wait(timeout: .now() + TimeScale.seconds(3)) == .success
     tally.set("workerReturned", workerDone ? 1 : 0)
     // The flight has nobody running and nobody queued: a later caller needs a hop of its own.
     let laterReturned = laterCallerReturns(for: owner, tally)
@@ -425,7 +426,8 @@ private func runOwnerReleasedByCompletion() {
   onceOnMain(token: owner!.token, completionQueue: firstHandlerQueue) {
     tally.add("runs")
     started.signal()
-    _ = release.wait(timeout: .now() + 5)  // bounded: never holds the main queue for good
+    // Bounded: never holds the main queue for good.
+    _ = release.wait(timeout: .now() + TimeScale.seconds(5))
   } completion: {
     tally.add("completions")
     var spare: [TokenOwner] = []
@@ -437,8 +439,8 @@ private func runOwnerReleasedByCompletion() {
     }
     handled.leave()
   }
-  guard started.wait(timeout: .now() + 5) == .success else {
-    verdict(false, "the initializer did not start within 5 s")
+  guard started.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+    verdict(false, "the initializer did not start in time")
   }
   // Queued behind the running initializer: their handlers are submitted as it finishes.
   for _ in 1..<callers {
@@ -452,8 +454,8 @@ private func runOwnerReleasedByCompletion() {
   }
   owner = nil  // the handoff holds the only strong reference now
   release.signal()
-  guard handled.wait(timeout: .now() + 10) == .success else {
-    verdict(false, "not every completion was called within 10 s \(tally.summary)")
+  guard handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+    verdict(false, "not every completion was called in time \(tally.summary)")
   }
   guard let fresh = freshOwner.withLock({ $0 }) else {
     verdict(false, "inconclusive: no owner reused the freed address \(tally.summary)")
@@ -488,10 +490,10 @@ private func runOwnersReleasedInFlight() {
     queued.signal()
   }.start()
   // Keep the main queue busy until every call is queued, bounded.
-  _ = queued.wait(timeout: .now() + 5)
+  _ = queued.wait(timeout: .now() + TimeScale.seconds(5))
   DispatchQueue.global().async {
-    guard handled.wait(timeout: .now() + 5) == .success else {
-      verdict(false, "not every completion was called within 5 s")
+    guard handled.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+      verdict(false, "not every completion was called in time")
     }
     var mismatched = 0
     for index in 0..<owners where tally["completions\(index)"] == 1 && tally["runs\(index)"] != 1 {
@@ -528,16 +530,16 @@ private func runInPlaceWhileWorkerHops(tracked: Bool) {
     }
     workerDone.signal()
   }.start()
-  usleep(200_000)  // the worker is blocked in its hop by now
+  _ = waitUntilParked()  // the worker is blocked in its hop
   onceOnMain(token: EngineTokens.inPlace) { tally.add("mainRuns") }
   // The token is done: nothing the worker waits for is left to do.
-  let deadline = DispatchTime.now() + 3
+  let deadline = DispatchTime.now() + TimeScale.seconds(3)
   let result =
     tracked ? workerDone.wait(for: worker, timeout: deadline) : workerDone.wait(timeout: deadline)
   guard result == .success else {
     verdict(
       false,
-      "the worker was still blocked 3 s after main-queue code finished its token \(tally.summary)"
+      "the worker was still blocked \(TimeScale.seconds(3)) s after main-queue code finished its token \(tally.summary)"
     )
   }
   verdict(tally["mainRuns"] + tally["workerRuns"] == 1, tally.summary)
@@ -548,15 +550,17 @@ private func concurrentPerformScenario() {
   let tally = Tally()
   let outer = pthread_self()
   let workerArrived = DispatchSemaphore(value: 0)
-  DispatchQueue.global().asyncAfter(deadline: .now() + 5) {
-    verdict(false, "concurrentPerform did not return within 5 s \(tally.summary)")
+  DispatchQueue.global().asyncAfter(deadline: .now() + TimeScale.seconds(5)) {
+    verdict(false, "concurrentPerform did not return in time \(tally.summary)")
   }
   DispatchQueue.concurrentPerform(iterations: 8) { _ in
     if pthread_equal(pthread_self(), outer) != 0 {
       tally.add("mainIterations")
       // Let a worker iteration reach its hop first, once (bounded: it may never come).
-      if tally["mainIterations"] == 1, workerArrived.wait(timeout: .now() + 2) == .success {
-        usleep(100_000)
+      if tally["mainIterations"] == 1,
+        workerArrived.wait(timeout: .now() + TimeScale.seconds(2)) == .success
+      {
+        _ = waitUntilParked(timeout: .seconds(2))
       }
     } else {
       tally.add("workerIterations")
@@ -595,8 +599,8 @@ private func runFallbackRunOnceNesting(mainCaller: Bool) {
       usleep(300_000)
     }
   }
-  if mainCaller, mainCallerDone.wait(timeout: .now() + 5) != .success {
-    verdict(false, "the main-queue caller did not return within 5 s \(tally.summary)")
+  if mainCaller, mainCallerDone.wait(timeout: .now() + TimeScale.seconds(5)) != .success {
+    verdict(false, "the main-queue caller did not return in time \(tally.summary)")
   }
   verdict(tally["runs"] == 1 && tally["outsideMainContext"] == 0, tally.summary)
 }
@@ -619,11 +623,11 @@ private func runAsyncCancellationStorm() {
       onceOnMain(token: owner.token) {
         tally.add("runs")
         started.signal()
-        _ = release.wait(timeout: .now() + 20)  // bounded
+        _ = release.wait(timeout: .now() + TimeScale.seconds(20))  // bounded
       }
     }.start()
-    guard started.wait(timeout: .now() + 5) == .success else {
-      verdict(false, "the initializer did not start within 5 s")
+    guard started.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+      verdict(false, "the initializer did not start in time")
     }
     let ended = DispatchGroup()
     let outcome = Tally()
@@ -657,13 +661,14 @@ private func runAsyncCancellationStorm() {
       }
     }
     for task in tasks[cancelledUpTo...] { task.cancel() }
-    // Every caller is cancelled and the initializer still runs: all must end now.
-    let endedInTime = ended.wait(timeout: .now() + 3) == .success
+    // Every caller is cancelled and the initializer still runs: all must end now (the bound
+    // only catches callers that never end).
+    let endedInTime = ended.wait(timeout: .now() + TimeScale.seconds(3)) == .success
     let stillWaiting =
       callers - outcome["cancelled"] - outcome["returned"] - outcome["otherErrors"]
     release.signal()
-    guard ended.wait(timeout: .now() + 10) == .success else {
-      verdict(false, "callers still waiting 10 s after the initializer finished \(tally.summary)")
+    guard ended.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+      verdict(false, "callers still waiting long after the initializer finished \(tally.summary)")
     }
     tally.add("storms")
     tally.add("cancelled", outcome["cancelled"])

@@ -19,8 +19,8 @@ enum ForeignLoop: String, CaseIterable {
   /// A GLib main loop, `libglib-2.0.so.0` loaded with `dlopen`, the descriptor added with
   /// `g_unix_fd_add`.
   case glib
-  /// A `poll` loop that drains once, then waits 1.6 s on a pipe alone while a worker waits for
-  /// an initializer, then drains again: the watchdog must name the loop.
+  /// A `poll` loop that drains once, then waits 1.6 s (scaled) on a pipe alone while a worker
+  /// waits for an initializer, then drains again: the watchdog must name the loop.
   case stopsDraining
   /// The descriptor is asked for before `dispatchMain()`: it must still be valid after it.
   case descriptorLifetime
@@ -83,13 +83,15 @@ enum ForeignLoop: String, CaseIterable {
       onceOnMain(token: Tokens.token) {}
       verdict(true, "the worker's call returned")
     }.start()
-    idleInPoll(milliseconds: 1_600)  // a loop that forgot the driver's descriptor
+    // A loop that forgot the driver's descriptor, long enough for the watchdog to name it.
+    idleInPoll(milliseconds: Int32(TimeScale.seconds(1.6) * 1_000))
     pollLoop()
   }
 
   private func checkDescriptorLifetime() -> Never {
     let descriptor = MainQueueDriver.fileDescriptor
-    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(300)) {
+    // Runs once `dispatchMain()` serves the main queue.
+    DispatchQueue.main.async {
       var link = [CChar](repeating: 0, count: 256)
       let length = readlink("/proc/self/fd/\(descriptor)", &link, link.count - 1)
       let target =

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import MainOnce
+@_spi(Instrumentation) import MainOnce
 import MainOnceFixtureSupport
 import Synchronization
 
@@ -15,7 +15,7 @@ import Synchronization
 ///
 /// Every scenario is bounded by a watchdog on a thread of its own (never a libdispatch worker:
 /// some scenarios block every one of those), which prints `FAIL timed out after N s` and exits
-/// with status 3; `FIXTURE_TIMEOUT` overrides its limit. Markers go to standard output at once
+/// with status 3; `FIXTURE_TIMEOUT` overrides its limit. Every bound is scaled (``TimeScale``). Markers go to standard output at once
 /// (unbuffered), so that they survive a crash that follows.
 enum RegressionScenario: String, CaseIterable {
   // MARK: Issue 15
@@ -157,9 +157,11 @@ private func runTrackedWaitBodyThatRecovers(withDeadline: Bool) {
   let signal = DispatchSemaphore(value: 0)
   let workerDone = DispatchSemaphore(value: 0)
   DispatchQueue.main.async {
+    let mainQueueThread = KernelThread.current
     Thread {
       work.perform {
-        usleep(100_000)  // the main queue's thread is in its tracked wait by now
+        // Once the main queue's thread sleeps in its tracked wait.
+        _ = waitUntil { KernelThread.isAsleep(mainQueueThread) }
         if !withDeadline { signal.signal() }
         onceOnMain(token: RecoveringTokens.loader) {}
       }
@@ -175,7 +177,7 @@ private func runTrackedWaitBodyThatRecovers(withDeadline: Bool) {
     }
     say("the tracked wait returned")
     Thread {
-      let finished = workerDone.wait(timeout: .now() + 10) == .success
+      let finished = workerDone.wait(timeout: .now() + TimeScale.seconds(10)) == .success
       verdict(finished, "the main queue's tracked wait and the worker finished: \(finished)")
     }.start()
   }
@@ -199,14 +201,16 @@ private func runSlowLazyTwoLoaders() {
   DispatchQueue.main.async {
     let group = DispatchGroup()
     let values = Atomic(0)
+    let mainQueueThread = KernelThread.current
     for index in 0..<2 {
       group.enter()
       Thread {
         if index == 0 {
-          usleep(100_000)  // main-queue code waits in `group.wait(for:)` by now
+          // Once main-queue code sleeps in `group.wait(for:)`.
+          _ = waitUntil { KernelThread.isAsleep(mainQueueThread) }
         } else {
           // Arrives while main-queue code runs the builder for the first, nested in its wait.
-          _ = SlowLazies.building.wait(timeout: .now() + 5)
+          _ = SlowLazies.building.wait(timeout: .now() + TimeScale.seconds(5))
           usleep(20_000)
         }
         loaders.perform { values.add(SlowLazies.configuration.value, ordering: .relaxed) }
@@ -264,7 +268,7 @@ private func runServicedWaitWithBusyPool(group: Bool) {
   }
   // libdispatch starts a thread per core at once and, on Linux, adds about one a second for
   // blocked blocks: the rest stay queued, ahead of anything submitted after them.
-  let first = started.wait(timeout: .now() + 5) == .success
+  let first = started.wait(timeout: .now() + TimeScale.seconds(5)) == .success
   say("32 global blocks submitted; the first is blocked: \(first)")
   let signaller = WaitTarget.work("signaller")
   DispatchQueue.main.async {
@@ -311,12 +315,13 @@ private func runLateProof() {
         withTrackedWait(for: taskB) {
           // Computes (a thread that runs proves no cycle) for at least 300 ms, and on until the
           // cycle W closes was served or the watchdog has reported W's wait: by then MainOnce
-          // has stopped trying to prove the cycle, however loaded the machine. At most 5 s.
+          // has stopped trying to prove the cycle, however loaded the machine. At most 5 s
+          // (scaled).
           let start = ContinuousClock.now
           while ContinuousClock.now - start < .milliseconds(300)
             || !LateProof.stallReported.load(ordering: .relaxed)
               && !LateProof.served.load(ordering: .relaxed)
-              && ContinuousClock.now - start < .seconds(5)
+              && ContinuousClock.now - start < .seconds(5).scaled
           {}
           semB.wait()
         }
@@ -396,7 +401,7 @@ private func runWatchdogWithCallersComingAndGoing() {
     }.start()
   }
   Thread {
-    _ = callers.wait(timeout: .now() + 60)
+    _ = callers.wait(timeout: .now() + TimeScale.seconds(60))
     verdict(true, "the watchdog kept looking; reports=\(reports.load(ordering: .relaxed))")
   }.start()
 }
@@ -445,7 +450,7 @@ private func runFallbackTrackedSyncCycle() {
       onceOnMain(token: FallbackTokens.token) {}
       say("the block on the store queue returned")
     }
-    usleep(200_000)  // the store queue's block waits for the initializer by now
+    _ = waitUntilParked()  // the store queue's block waits for the initializer
     say("CALLSITE MainOnceFixture/RegressionScenarios.swift:\(#line + 1)")
     store.trackedSync {}
     verdict(true, "the cycle went unnoticed, and trackedSync returned")
@@ -459,12 +464,13 @@ private func say(_ line: String) {
   FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
-/// Ends the process with `FAIL timed out after N s`, status 3, after `seconds`: on a thread of
-/// its own, since some scenarios leave no libdispatch worker free.
+/// Ends the process with `FAIL timed out after N s`, status 3, after `seconds` (scaled): on a
+/// thread of its own, since some scenarios leave no libdispatch worker free.
 private func startTimeLimit(seconds: Int) {
+  let limit = TimeScale.seconds(Double(seconds))
   Thread {
-    sleep(UInt32(seconds))
-    say("FAIL timed out after \(seconds) s")
+    Thread.sleep(forTimeInterval: limit)
+    say("FAIL timed out after \(String(format: "%g", limit)) s")
     exit(3)
   }.start()
 }

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import MainOnce
+@_spi(Instrumentation) import MainOnce
 import MainOnceFixtureSupport
 import Synchronization
 
@@ -49,7 +49,7 @@ enum ServiceScenario: String, CaseIterable {
           worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
           done.signal()
         }.start()
-        usleep(200_000)  // the worker waits for the initializer by now
+        awaitParkedWorker()
         record.waitBegins()
         if self == .workerFirst {
           done.wait(for: worker)
@@ -61,16 +61,25 @@ enum ServiceScenario: String, CaseIterable {
         let done = DispatchSemaphore(value: 0)
         let group = DispatchGroup()
         group.enter()
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(200)) {
+        let waits = DispatchSemaphore(value: 0)
+        let mainQueueThread = KernelThread.current
+        Thread {
+          // Once main-queue code is about to wait, and its thread sleeps (in that wait).
+          _ = waits.wait(timeout: .now() + TimeScale.seconds(10))
+          _ = waitUntil { KernelThread.isAsleep(mainQueueThread) }
           worker.perform { onceOnMain(token: Tokens.token) { record.ran() } }
           done.signal()
           group.leave()
-        }
+        }.start()
         if self == .uninterruptible {
-          withTrackedWait(for: worker) { done.wait() }
+          withTrackedWait(for: worker) {
+            waits.signal()
+            done.wait()
+          }
           record.finish("the cycle went unnoticed")
         }
         record.waitBegins()
+        waits.signal()
         if self == .mainFirstGroup { group.wait(for: worker) } else { done.wait(for: worker) }
         record.finish("the wait ended")
       case .throwingInitializer:
@@ -90,7 +99,7 @@ enum ServiceScenario: String, CaseIterable {
           }
           done.signal()
         }.start()
-        usleep(200_000)
+        awaitParkedWorker()
         record.waitBegins()
         done.wait(for: worker)
         record.finish("the worker caught \(caught.withLock { $0 })", expectingDone: false)
@@ -105,17 +114,23 @@ enum ServiceScenario: String, CaseIterable {
             group.leave()
           }.start()
         }
-        usleep(100_000)
+        awaitParkedWorker()  // one at least; the others may still be on their way
         record.waitBegins()
         group.wait(for: worker)
         record.finish("the wait ended")
       case .unbreakable:
         let mainQueue = WaitTarget.currentThread
         let never = DispatchSemaphore(value: 0)
+        let workerThread = Atomic<Int32>(0)
         Thread {
+          workerThread.store(KernelThread.current, ordering: .releasing)
           worker.perform { never.wait(for: mainQueue) }
         }.start()
-        usleep(200_000)
+        // The worker sleeps in its wait for the main queue's thread.
+        _ = waitUntil {
+          let thread = workerThread.load(ordering: .acquiring)
+          return thread != 0 && KernelThread.isAsleep(thread)
+        }
         never.wait(for: worker)
         record.finish("the cycle went unnoticed")
       case .trackedSyncWorkerFirst:
@@ -123,7 +138,7 @@ enum ServiceScenario: String, CaseIterable {
         Thread {
           queue.sync { onceOnMain(token: Tokens.token) { record.ran() } }
         }.start()
-        usleep(200_000)  // the worker waits for the initializer, inside the queue, by now
+        awaitParkedWorker()  // inside the queue
         record.waitBegins()
         queue.trackedSync {}
         record.finish("the wait ended")
@@ -134,6 +149,13 @@ enum ServiceScenario: String, CaseIterable {
 }
 
 private struct Refused: Error {}
+
+/// Returns once a worker is parked in MainOnce, waiting for the initializer (its hop is on its
+/// way, and the deadlock detector sees its wait); ends the scenario if none is within 10 s
+/// (scaled).
+private func awaitParkedWorker() {
+  guard waitUntilParked() else { verdict(false, "the worker never waited for the initializer") }
+}
 
 /// What the serviced initializers saw, checked when the scenario ends.
 private final class InitializerRecord: Sendable {

@@ -86,7 +86,7 @@ public enum EngineStress {
   /// Whether the long mode is on (`MAINONCE_STRESS=long`).
   public static var isLong: Bool { Stress.isLong }
 
-  /// How long a stress process may run before its watchdog ends it.
+  /// How long a stress process may run before its watchdog ends it (``Watchdog`` scales it).
   public static var watchdogSeconds: Int { Int(seconds) + 60 }
 
   static var seconds: Double {
@@ -312,8 +312,8 @@ public enum EngineStress {
       }
       cancelled.signal()
     }.start()
-    let inTime = answered.wait(timeout: .now() + 15) == .success
-    _ = cancelled.wait(timeout: .now() + 5)
+    let inTime = answered.wait(timeout: .now() + TimeScale.seconds(15)) == .success
+    _ = cancelled.wait(timeout: .now() + TimeScale.seconds(5))
     outcome.calls += calls.count + (handingOver ? inPlaceCalls.count : 0)
     if !inTime {
       outcome.timedOut = true
@@ -332,7 +332,7 @@ public enum EngineStress {
       }
       closed.signal()
     }.start()
-    if closed.wait(timeout: .now() + 15) != .success {
+    if closed.wait(timeout: .now() + TimeScale.seconds(15)) != .success {
       outcome.timedOut = true
       outcome.unanswered += 1
       outcome.unansweredKinds += (outcome.unansweredKinds.isEmpty ? "" : ",") + "closingCall"

@@ -126,12 +126,59 @@ public final class Probe: Sendable {
 
 /// Ends a scenario that hangs, so that a broken build fails instead of stalling the tests.
 public enum Watchdog {
-  /// Exits with a failing verdict after `seconds`.
+  /// Exits with a failing verdict after `seconds`, times ``TimeScale/factor``.
   public static func start(seconds: Int) {
-    DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(seconds)) {
-      print("FAIL timed out after \(seconds) s")
+    let limit = TimeScale.seconds(Double(seconds))
+    DispatchQueue.global().asyncAfter(deadline: .now() + limit) {
+      print("FAIL timed out after \(String(format: "%g", limit)) s")
       exit(3)
     }
+  }
+}
+
+/// Waits until `condition` holds, looking every millisecond, for at most `timeout` (times
+/// ``TimeScale/factor``); returns whether it held.
+///
+/// For a scenario that needs another thread to have reached a point (parked in MainOnce, asleep
+/// in a wait) before it goes on: a sleep only makes that likely, and under load it is not.
+public func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+  let deadline = ContinuousClock.now + timeout.scaled
+  while !condition() {
+    if ContinuousClock.now > deadline { return false }
+    usleep(1_000)
+  }
+  return true
+}
+
+/// Waits until at least `count` threads are parked in a wait of MainOnce's own
+/// (`Instrumentation.parkedThreads`), for at most `timeout` (scaled); returns whether they are.
+public func waitUntilParked(_ count: Int = 1, timeout: Duration = .seconds(10)) -> Bool {
+  waitUntil(timeout: timeout) { Instrumentation.parkedThreads >= count }
+}
+
+/// Kernel threads, as `/proc/self/task` shows them.
+public enum KernelThread {
+  /// The calling thread's id (what `gettid()` returns), read from `/proc/thread-self`.
+  public static var current: Int32 {
+    var link = [CChar](repeating: 0, count: 64)
+    let length = readlink("/proc/thread-self", &link, link.count - 1)
+    guard length > 0 else { return 0 }
+    let path = String(decoding: link[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return path.split(separator: "/").last.flatMap { Int32($0) } ?? 0
+  }
+
+  /// Whether thread `id` of this process is asleep (state `S` or `D` in its `stat`).
+  public static func isAsleep(_ id: Int32) -> Bool {
+    let state = self.state(of: id)
+    return state == "S" || state == "D"
+  }
+
+  /// The state letter in thread `id`'s `stat`, or `nil` if it cannot be read.
+  private static func state(of id: Int32) -> Character? {
+    guard let stat = try? String(contentsOfFile: "/proc/self/task/\(id)/stat", encoding: .utf8),
+      let end = stat.lastIndex(of: ")")
+    else { return nil }
+    return stat[stat.index(after: end)...].drop { $0 == " " }.first
   }
 }
 
@@ -143,11 +190,12 @@ public final class StartGate: Sendable {
   /// A gate for `parties` threads.
   public init(parties: Int) { self.parties = parties }
 
-  /// Waits until every party has arrived, for at most `timeout`; returns whether they did.
+  /// Waits until every party has arrived, for at most `timeout` (scaled); returns whether they
+  /// did.
   @discardableResult
   public func arriveAndWait(timeout: Duration = .seconds(30)) -> Bool {
     arrived.add(1, ordering: .acquiringAndReleasing)
-    let deadline = ContinuousClock.now + timeout
+    let deadline = ContinuousClock.now + timeout.scaled
     while arrived.load(ordering: .acquiring) < parties {
       if ContinuousClock.now > deadline { return false }
       sched_yield()
@@ -247,7 +295,7 @@ public enum Stress {
     public var earlyReturns = 0
     /// Initializers that ran outside main context.
     public var outsideMainContext = 0
-    /// Whether a round's callers did not all return within a minute.
+    /// Whether a round's callers did not all return within a minute (scaled).
     public var timedOut = false
 
     /// Whether nothing went wrong.
@@ -280,7 +328,7 @@ public enum Stress {
   /// Runs `rounds` rounds. In each, `threads` threads and one main-queue block call every one of
   /// `tokens` fresh tokens, each in its own order; each initializer takes about 20 µs, so that
   /// callers overlap it. Blocks the calling thread, which must not be the main queue or a Swift
-  /// concurrency thread; stops early if a round takes over a minute.
+  /// concurrency thread; stops early if a round takes over a minute (scaled).
   public static func run(rounds: Int, tokens count: Int = 64, threads: Int = 8) -> Outcome {
     var outcome = Outcome()
     for _ in 0..<rounds {
@@ -303,7 +351,7 @@ public enum Stress {
       }
       callers.enter()
       DispatchQueue.main.async { callEvery(from: threads) }
-      guard callers.wait(timeout: .now() + 60) == .success else {
+      guard callers.wait(timeout: .now() + TimeScale.seconds(60)) == .success else {
         outcome.timedOut = true
         return outcome
       }

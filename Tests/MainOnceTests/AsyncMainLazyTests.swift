@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
@@ -33,8 +34,9 @@ struct AsyncMainLazyTests {
   func callersJoinOneBuild() async throws {
     let script = BuildScript([.success(7)])
     let lazy = AsyncMainLazy { try await script.build() }
+    let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
     let callers = (0..<16).map { _ in Task { try await lazy.value } }
-    try await Task.sleep(for: .milliseconds(50))
+    _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == 16 }
     script.finishBuild()
     for caller in callers {
       #expect(try await withinTimeLimit { try await caller.value } == 7)
@@ -47,8 +49,10 @@ struct AsyncMainLazyTests {
   func failureReachesEveryCaller() async throws {
     let script = BuildScript([.failure(BuildFailed()), .success(8)])
     let lazy = AsyncMainLazy { try await script.build() }
+    let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
     let callers = (0..<6).map { _ in Task { try await lazy.value } }
-    try await Task.sleep(for: .milliseconds(50))
+    // Every caller has joined the build before it fails: none may start the next one.
+    _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == 6 }
     script.finishBuild()
     for caller in callers {
       await #expect(throws: BuildFailed.self) {
@@ -56,7 +60,7 @@ struct AsyncMainLazyTests {
       }
     }
     let retried = Task { try await lazy.value }
-    try await Task.sleep(for: .milliseconds(20))
+    _ = await eventually { script.builds.count == 2 }
     script.finishBuild()
     #expect(try await withinTimeLimit { try await retried.value } == 8)
     #expect(script.builds.count == 2)
@@ -66,9 +70,10 @@ struct AsyncMainLazyTests {
   func cancelledCaller() async throws {
     let script = BuildScript([.success(9)])
     let lazy = AsyncMainLazy { try await script.build() }
+    let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
     let cancelled = Task { try await lazy.value }
     let patient = Task { try await lazy.value }
-    try await cancelWhileBuilding(cancelled)
+    try await cancelWhileBuilding(cancelled, callers: 2, declaration, script)
     script.finishBuild()
     #expect(try await withinTimeLimit { try await patient.value } == 9)
     #expect(script.builds.count == 1)
@@ -78,18 +83,12 @@ struct AsyncMainLazyTests {
   func buildOutlivesItsCallers() async throws {
     let script = BuildScript([.success(11)])
     let lazy = AsyncMainLazy { try await script.build() }
-    try await cancelWhileBuilding(Task { try await lazy.value })
+    let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
+    try await cancelWhileBuilding(Task { try await lazy.value }, callers: 1, declaration, script)
     script.finishBuild()
     // No caller is left to publish the value: the build does, for the fast path to find.
-    let published = await onThread { () -> Bool in
-      let deadline = DispatchTime.now() + 5
-      while !lazy._storage.isPublished {
-        if DispatchTime.now() > deadline { return false }
-        usleep(1_000)
-      }
-      return true
-    }
-    #expect(published == true, "not published 5 s after the build ended")
+    let published = await eventually(timeout: .seconds(5)) { lazy._storage.isPublished }
+    #expect(published, "not published after the build ended")
     #expect(try await withinTimeLimit { try await lazy.value } == 11)
     #expect(script.builds.count == 1)
   }
@@ -109,12 +108,16 @@ struct AsyncMainLazyTests {
   }
 }
 
-/// Cancels `caller` once the build it joined is under way; it must stop with
+/// Cancels `caller` once the build it joined is under way (`script` runs it, and `callers`
+/// callers wait for the lazy value declared at `declaration`); it must stop with
 /// `CancellationError` while the build goes on.
 private func cancelWhileBuilding(
-  _ caller: Task<Int, any Error>, sourceLocation: SourceLocation = #_sourceLocation
+  _ caller: Task<Int, any Error>, callers: Int, _ declaration: String, _ script: BuildScript,
+  sourceLocation: SourceLocation = #_sourceLocation
 ) async throws {
-  try await Task.sleep(for: .milliseconds(50))
+  _ = await eventually(sourceLocation: sourceLocation) {
+    script.builds.count == 1 && callersWaiting { $0.hasSuffix(declaration) } == callers
+  }
   caller.cancel()
   await #expect(throws: CancellationError.self, sourceLocation: sourceLocation) {
     try await withinTimeLimit { try await caller.value }

@@ -75,7 +75,8 @@ struct AsyncOnceOnMainTests {
     let other = Task {
       try await onceOnMain(token: Tokens.cancellation) { runs.record(2) }
     }
-    try await Task.sleep(for: .milliseconds(50))
+    // Both wait behind the hold's caller, whose initializer runs.
+    _ = await eventually { callersWaiting { $0.contains("\"cancellation\"") } == 3 }
     waiter.cancel()
     await #expect(throws: CancellationError.self) {
       try await withinTimeLimit { try await waiter.value }
@@ -101,7 +102,8 @@ struct AsyncOnceOnMainTests {
           try onceOnMain(token: Tokens.retries) { () throws(AttemptFailed) in
             attempts.record(0)
             started.signal()
-            _ = release.wait(timeout: .now() + 10)  // bounded: must not block main for good
+            // Bounded: must not block main for good.
+            _ = release.wait(timeout: .now() + TimeScale.seconds(10))
             throw AttemptFailed(caller: 0)
           }
         }
@@ -119,7 +121,8 @@ struct AsyncOnceOnMainTests {
             if caller < 3 { throw AttemptFailed(caller: caller) }
           }
         })
-      try await Task.sleep(for: .milliseconds(20))  // arrive in order
+      // Queued behind the first caller and those before it: they arrive in order.
+      _ = await eventually { callersWaiting { $0.contains("\"async retries\"") } == caller + 1 }
     }
     release.signal()
     await #expect(throws: AttemptFailed(caller: 0)) {

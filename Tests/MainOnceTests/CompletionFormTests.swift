@@ -43,7 +43,7 @@ struct CompletionFormTests {
       onceOnMain(token: Tokens.ordered) {
         started.signal()
         // Bounded, so that a failing test cannot leave the main queue blocked for the others.
-        _ = release.wait(timeout: .now() + 10)
+        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
         initialized.store(true, ordering: .releasing)
       }
     }.start()
@@ -74,7 +74,9 @@ struct CompletionFormTests {
     await onThread {
       for index in 2_000..<4_000 { call(index) }
     }
-    let finished = await onThread { handled.wait(timeout: .now() + 10) == .success }
+    let finished = await onThread {
+      handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+    }
     #expect(finished == true)
     #expect(order.recorded == Array(0..<4_000))
     #expect(onQueue.recorded.allSatisfy { $0 })
@@ -98,7 +100,9 @@ struct CompletionFormTests {
         }
       }
     }
-    let finished = await onThread { handled.wait(timeout: .now() + 10) == .success }
+    let finished = await onThread {
+      handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+    }
     #expect(finished == true)
     #expect(tally.runs.load(ordering: .relaxed) == 1)
     #expect(tally.earlyReturns.load(ordering: .relaxed) == 0, "a handler ran before the end")
@@ -133,7 +137,9 @@ struct CompletionFormTests {
       onceOnMain(
         token: Tokens.failingThenCalled, completionQueue: .global(), first, completion: firstHandler
       )
-      let firstHandled = await onThread { handled.wait(timeout: .now() + 10) == .success }
+      let firstHandled = await onThread {
+        handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+      }
       #expect(firstHandled == true)
       handled.enter()
       onceOnMain(
@@ -146,7 +152,9 @@ struct CompletionFormTests {
       onceOnMain(
         token: Tokens.failing, completionQueue: .global(), second, completion: secondHandler)
     }
-    let finished = await onThread { handled.wait(timeout: .now() + 10) == .success }
+    let finished = await onThread {
+      handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+    }
     #expect(finished == true)
     #expect(Set(outcomes.recorded) == ["first failed", "second succeeded"])
     #expect(ran.recorded == ["first", "second"], "the second caller's initializer must run")

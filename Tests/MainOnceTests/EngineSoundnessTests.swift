@@ -14,8 +14,10 @@ import Testing
 /// process-wide; several scenarios leave it, or the process's heap, in a state no other test may
 /// share). See `Tests/MainOnceFixture/EngineScenarios.swift` for what each scenario does.
 ///
-/// Serialized: several scenarios depend on a worker reaching its hop within a fixed delay, which
-/// other fixture processes competing for two cores would make less likely.
+/// Serialized: several scenarios are heavy (thousands of async callers or completion calls, or a
+/// stress that keeps every core busy for seconds); side by side on two cores they would only
+/// slow each other down. None depends on timing: a scenario that needs a worker in its hop waits
+/// until it is parked there, and every bound is scaled (``TimeScale``).
 @Suite("Engine soundness", .serialized)
 struct EngineSoundnessTests {
   struct Case: CustomTestStringConvertible, Sendable {
@@ -264,18 +266,19 @@ struct EngineSoundnessInProcessTests {
       return 5
     }
     let callers = (0..<2_000).map { _ in Task.detached { try await lazy.value } }
-    try await Task.sleep(for: .milliseconds(200))  // let every caller join the build
+    // Every caller joins the build before it returns.
+    _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == callers.count }
     // As the build returns, cancel every caller: most are resumed already, or about to be.
     let cancelled = await onThread { () -> Bool in
       gate.open()
-      let deadline = DispatchTime.now() + 5
+      let deadline = DispatchTime.now() + TimeScale.seconds(5)
       while !gate.returned.load(ordering: .acquiring) {
         if DispatchTime.now() > deadline { return false }
       }
       for caller in callers { caller.cancel() }
       return true
     }
-    #expect(cancelled == true, "the build did not return within 5 s")
+    #expect(cancelled == true, "the build did not return in time")
     var values = 0
     var cancellations = 0
     for caller in callers {
@@ -332,7 +335,10 @@ extension EngineSoundnessInProcessTests {
       #expect(flight != nil)
     }  // the owner, its token and the token's storage end here
     // Allow for a reference still held by code on its way out (none is expected).
-    for _ in 0..<100 where flight != nil { try await Task.sleep(for: .milliseconds(10)) }
+    let deadline = ContinuousClock.now + .seconds(1).scaled
+    while flight != nil && ContinuousClock.now < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
     #expect(flight == nil, "the flight outlived the storage that held it")
   }
 }
@@ -372,7 +378,7 @@ extension EngineSoundnessInProcessTests {
         }
         done.signal()
       }.start()
-      guard done.wait(timeout: .now() + 4) == .success else {
+      guard done.wait(timeout: .now() + TimeScale.seconds(4)) == .success else {
         note("HUNG")
         exit(4)
       }

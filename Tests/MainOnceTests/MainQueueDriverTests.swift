@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import MainOnce
+import MainOnceFixtureSupport
 import Testing
 
 /// Whether GLib can be loaded here, for the test that runs a real GLib main loop.
@@ -101,7 +102,7 @@ struct MainQueueDriverTests {
       boundExitTest()
       let thread = Thread { MainContext.requireMainThread(for: "SDL video") }
       thread.start()
-      sleep(5)
+      usleep(TimeScale.microseconds(5_000_000))
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnce: SDL video needs the main thread, and the code at"), "\(text)")

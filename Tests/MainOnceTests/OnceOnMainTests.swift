@@ -41,9 +41,11 @@ struct OnceOnMainTests {
   func lateCallerWaits(isAsync: Bool) async {
     let started = DispatchSemaphore(value: 0)
     let tally = RaceTally()
+    let name = isAsync ? "\"late async caller\"" : "\"late blocking caller\""
     let initializer: @MainActor @Sendable () -> Void = {
       started.signal()
-      usleep(50_000)
+      // Until the late caller waits too (bounded: a failing test must not block main).
+      _ = waitUntil { callersWaiting { $0.contains(name) } >= 2 }
       tally.initialize()
     }
     Thread {
@@ -108,7 +110,7 @@ struct OnceOnMainTests {
           runs.add(1, ordering: .relaxed)
           firstStarted.signal()
           // Bounded, so that a failing test cannot leave the main queue blocked for the others.
-          _ = releaseFirst.wait(timeout: .now() + 10)
+          _ = releaseFirst.wait(timeout: .now() + TimeScale.seconds(10))
           throw Failure(caller: 0)
         }
       }
@@ -118,7 +120,7 @@ struct OnceOnMainTests {
     guard await wait(for: firstStarted) else { return }
     // Two more callers queue up behind the failing attempt; then it fails.
     Thread {
-      for _ in 0..<5_000 where waitingCallers(labelContaining: "\"handover\"") < 2 { usleep(1_000) }
+      _ = waitUntil { waitingCallers(labelContaining: "\"handover\"") >= 2 }
       releaseFirst.signal()
     }.start()
     await raceThreads(2) { caller in
@@ -130,8 +132,7 @@ struct OnceOnMainTests {
       outcomes.withLock { $0[caller + 1] = result }
     }
     let allReturned = await onThread {
-      for _ in 0..<10_000 where outcomes.withLock({ $0.count }) < 3 { usleep(1_000) }
-      return outcomes.withLock { $0.count } == 3
+      waitUntil { outcomes.withLock { $0.count } == 3 }
     }
     guard allReturned == true else {
       Issue.record("the first caller did not return")

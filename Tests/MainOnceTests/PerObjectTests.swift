@@ -51,7 +51,8 @@ private func attempt(
     ran.record(caller)
     guard caller == 0 else { return }
     started.signal()
-    _ = release.wait(timeout: .now() + 10)  // bounded: a failing test must not block main
+    // Bounded: a failing test must not block main.
+    _ = release.wait(timeout: .now() + TimeScale.seconds(10))
     throw BodyFailed()
   }
   do throws(BodyFailed) {
@@ -119,13 +120,8 @@ struct PerObjectTests {
       }
     }
     // Let the second caller queue up behind the failing body before it fails.
-    let queued = await onThread {
-      for _ in 0..<5_000 where waitingCallers(labelContaining: "for a Ledger") < 1 {
-        usleep(1_000)
-      }
-      return waitingCallers(labelContaining: "for a Ledger") == 1
-    }
-    #expect(queued == true)
+    let queued = await eventually { waitingCallers(labelContaining: "for a Ledger") == 1 }
+    #expect(queued)
     release.signal()
     let secondThrew = await second.value
     #expect(secondThrew == false)

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import MainOnce
+import MainOnceFixtureSupport
 import Testing
 
 /// Regression tests for the bugs filed in issues 15 and 16, each written against the public API
@@ -77,9 +78,10 @@ struct RegressionTests {
     expectNoHang(outcome)
     #expect(outcome.status == 0, "status \(outcome.status): \(outcome.standardError)")
     #expect(outcome.verdict.hasPrefix("PASS the wait ended"), "\(outcome.verdict)")
-    // The signal comes 200 ms into the wait: 5 s is a bound against a hang, not a speed target.
+    // The signal comes 200 ms into the wait: 5 s (scaled) is a bound against a hang, not a
+    // speed target.
     let after = try #require(outcome.value("after").flatMap(Double.init), "\(outcome.verdict)")
-    #expect(after < 5, "the wait ended \(after) s after it began")
+    #expect(after < TimeScale.seconds(5), "the wait ended \(after) s after it began")
   }
 
   // MARK: Issue 16, item 4

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
@@ -27,7 +28,7 @@ struct TrackedWaitTests {
         work.perform { usleep(10_000) }
         done.signal()
       }.start()
-      return done.wait(for: work, timeout: .now() + 10)
+      return done.wait(for: work, timeout: .now() + TimeScale.seconds(10))
     }
     #expect(result == .success)
   }
@@ -69,15 +70,15 @@ struct TrackedWaitTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
       let me = WaitTarget.currentThread
-      let other = Locked<WaitTarget?>(nil)
+      let other = Locked<(WaitTarget, Int32)?>(nil)
       let never = DispatchSemaphore(value: 0)
       Thread {
-        other.withLock { $0 = .currentThread }
+        other.withLock { $0 = (.currentThread, KernelThread.current) }
         never.wait(for: me)
       }.start()
-      while other.withLock({ $0 == nil }) { usleep(1_000) }
-      usleep(100_000)  // the other thread is blocked by now
-      never.wait(for: other.withLock { $0! })
+      // The other thread sleeps in its wait (bounded: then the cycle is closed the other way).
+      _ = waitUntil { other.withLock { $0 }.map { KernelThread.isAsleep($0.1) } ?? false }
+      never.wait(for: other.withLock { $0!.0 })
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
@@ -167,17 +168,22 @@ struct TrackedWaitTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       boundExitTest()
       let me = WaitTarget.currentThread
-      let other = Locked<WaitTarget?>(nil)
+      let other = Locked<(WaitTarget, Int32)?>(nil)
       let never = DispatchSemaphore(value: 0)
       let otherDone = DispatchSemaphore(value: 0)
+      let timedOut = Locked(false)
       Thread {
-        other.withLock { $0 = .currentThread }
+        other.withLock { $0 = (.currentThread, KernelThread.current) }
         _ = never.wait(for: me, timeout: .now() + .milliseconds(500))  // times out
+        timedOut.withLock { $0 = true }
         otherDone.signal()
       }.start()
-      while other.withLock({ $0 == nil }) { usleep(1_000) }
-      usleep(100_000)  // the other thread is in its timed wait by now
-      otherDone.wait(for: other.withLock { $0! })  // no deadline, but ends after ~400 ms
+      // The other thread sleeps in its timed wait (or, on a slow machine, is past it already).
+      _ = waitUntil {
+        timedOut.withLock { $0 }
+          || other.withLock { $0 }.map { KernelThread.isAsleep($0.1) } ?? false
+      }
+      otherDone.wait(for: other.withLock { $0!.0 })  // no deadline, but ends within 500 ms
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(!text.contains("deadlock detected"), "\(text)")
@@ -195,14 +201,14 @@ struct TrackedWaitTests {
       Thread {
         step(a) {
           aEntered.signal()
-          _ = bEntered.wait(timeout: .now() + 5)
+          _ = bEntered.wait(timeout: .now() + TimeScale.seconds(5))
           step(b) {}  // waits for the body below, which runs b's call
         }
       }.start()
       step(b) {
         bEntered.signal()
-        _ = aEntered.wait(timeout: .now() + 5)
-        usleep(200_000)  // the other thread waits for this body by now
+        _ = aEntered.wait(timeout: .now() + TimeScale.seconds(5))
+        _ = waitUntilParked()  // the other thread waits for this body
         step(a) {}  // closes the cycle
       }
     }

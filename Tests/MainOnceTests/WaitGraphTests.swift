@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
@@ -217,19 +218,14 @@ private final class OtherThread: Sendable {
       tid.store(ThreadRecord.current.id.rawValue, ordering: .releasing)
       recorded.signal()
       switch behaviour {
-      case .sleepsInFutex: _ = released.wait(timeout: .now() + 30)
+      case .sleepsInFutex: _ = released.wait(timeout: .now() + TimeScale.seconds(30))
       case .sleepsInNanosleep: while !isReleased.load(ordering: .relaxed) { usleep(100_000) }
       case .spins: while !isReleased.load(ordering: .relaxed) {}
       }
     }.start()
     recorded.wait()
     // Until the kernel says it sleeps, a sleeping thread is on its way into its sleep.
-    let deadline = ContinuousClock.now + .seconds(10)
-    while behaviour != .spins && !ThreadSampler.reading(of: id).isAsleep
-      && ContinuousClock.now < deadline
-    {
-      usleep(1_000)
-    }
+    if behaviour != .spins { _ = waitUntil { ThreadSampler.reading(of: id).isAsleep } }
   }
 
   var id: ThreadID { ThreadID(rawValue: tid.load(ordering: .acquiring)) }

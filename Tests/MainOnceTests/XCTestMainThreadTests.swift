@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import MainOnceFixtureSupport
 import XCTest
 
 @testable import MainOnce
@@ -26,7 +27,7 @@ final class XCTestMainThreadTests: XCTestCase {
       onceOnMain(token: Tokens.hop) { ranOnMainThread.set(Thread.isMainThread) }
       done.fulfill()
     }
-    wait(for: [done], timeout: 10)
+    wait(for: [done], timeout: TimeScale.seconds(10))
     XCTAssertEqual(ranOnMainThread.get(), true)
   }
 }
@@ -49,10 +50,11 @@ extension XCTestMainThreadTests {
       onceOnMain(token: Tokens.blockedTest) {}
       done.fulfill()
     }
-    // Blocks the main thread, which holds the main queue: the worker's hop cannot run.
-    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + 0.6)
+    // Blocks the main thread, which holds the main queue: the worker's hop cannot run, and the
+    // watchdog (scaled: it takes longer to get there on a loaded machine) reports it.
+    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(0.6))
     // Serves the main queue: the hop runs.
-    wait(for: [done], timeout: 10)
+    wait(for: [done], timeout: TimeScale.seconds(10))
     let text = reports.recorded.joined(separator: "\n")
     XCTAssertTrue(text.contains("the main thread holds the main queue but is not serving it"), text)
     XCTAssertTrue(text.contains("hint: in a test, wait the way the test framework serves"), text)

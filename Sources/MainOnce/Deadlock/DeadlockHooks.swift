@@ -19,6 +19,7 @@ enum DeadlockHooks {
   static func willBlock(
     _ thread: ThreadRecord, until ending: some WaitEnding, in subject: some WaitSubject
   ) -> RecordedWait? {
+    defer { Instrumentation.noteParked() }
     guard DeadlockDetection.cycleResponse != .off else {
       callerWaits(in: subject)
       return nil
@@ -33,6 +34,7 @@ enum DeadlockHooks {
 
   /// `thread` woke from the wait ``willBlock(_:until:in:)`` recorded.
   static func didWake(_ thread: ThreadRecord, from wait: RecordedWait?) {
+    Instrumentation.noteWoke()
     if let wait { Detector.end(wait) }
   }
 

@@ -1,6 +1,6 @@
 internal import Synchronization
 
-/// Counters for MainOnce's benchmarks. Not API: names and meanings may change.
+/// Counters for MainOnce's benchmarks and tests. Not API: names and meanings may change.
 @_spi(Instrumentation)
 public enum Instrumentation {
   /// How many hops MainOnce has sent to the main queue: each is one main-queue work item.
@@ -12,5 +12,24 @@ public enum Instrumentation {
 
   static func noteHop() {
     hops.add(1, ordering: .relaxed)
+  }
+
+  /// How many threads are parked now in a wait of MainOnce's own: blocking callers of
+  /// `onceOnMain`, of a `MainLazy` or of `runOnce(for:)`. A thread counts from the moment its
+  /// wait is recorded (any hop it needs is on its way, and the deadlock detector sees the wait)
+  /// until it wakes. Tests that need a thread blocked in MainOnce before they go on wait for
+  /// this count instead of sleeping.
+  public static var parkedThreads: Int {
+    parked.load(ordering: .acquiring)
+  }
+
+  static let parked = Atomic(0)
+
+  static func noteParked() {
+    parked.add(1, ordering: .releasing)
+  }
+
+  static func noteWoke() {
+    parked.subtract(1, ordering: .relaxed)
   }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import MainOnceFixtureSupport
 import Testing
 
 #if canImport(Glibc)
@@ -7,7 +8,8 @@ import Testing
   import Musl
 #endif
 
-/// Runs a scenario binary built next to the test bundle, with a hard time limit.
+/// Runs a scenario binary built next to the test bundle, with a hard time limit (scaled, see
+/// ``TimeScale``; the child gets the same time scale, for its own bounds).
 ///
 /// The child is started with `posix_spawn` and reaped with `waitpid`, polled against a deadline;
 /// past it, the child is killed with `SIGKILL`. Every wait here is bounded, and none depends on
@@ -48,7 +50,8 @@ struct FixtureProcess {
       .deletingLastPathComponent()
   }()
 
-  /// Runs `executable` with `arguments` and `environment` added to this process's environment.
+  /// Runs `executable` with `arguments` and `environment` added to this process's environment,
+  /// for at most `timeout` times the time scale, which the child is given too.
   ///
   /// Crash backtraces are off unless `environment` turns them on: scenarios that stop the
   /// process only need its message, and the backtracer takes a while (and under
@@ -61,7 +64,9 @@ struct FixtureProcess {
   ) async throws -> Outcome {
     let path = productsDirectory.appendingPathComponent(executable).path
     let variables = ProcessInfo.processInfo.environment
-      .merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
+      .merging(["SWIFT_BACKTRACE": "enable=no", TimeScale.variable: "\(TimeScale.factor)"]) {
+        $1
+      }
       .merging(environment) { $1 }
     let output = try ChildPipe()
     let error = try ChildPipe()
@@ -73,7 +78,7 @@ struct FixtureProcess {
     // `reap` ends by the deadline (it kills the child past it); the extra time is a backstop.
     let (status, timedOut) =
       await onThread(timeout: timeout + .seconds(10)) {
-        reap(pid, deadline: .now() + timeout.seconds)
+        reap(pid, deadline: .now() + timeout.scaled.seconds)
       } ?? (-1, true)
     return Outcome(
       status: status,
@@ -181,8 +186,8 @@ private final class PipeReader: @unchecked Sendable {
   /// What was read. The child has ended when this is called, so its end of the pipe is closed;
   /// the limit only guards against a grandchild that kept it open.
   func text() -> String {
-    guard done.wait(timeout: .now() + 10) == .success else {
-      return "(the output was still open 10 s after the process ended)"
+    guard done.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+      return "(the output was still open \(TimeScale.seconds(10)) s after the process ended)"
     }
     return String(decoding: data, as: UTF8.self)
   }

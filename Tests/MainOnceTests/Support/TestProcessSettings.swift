@@ -1,4 +1,5 @@
 import MainOnce
+import MainOnceFixtureSupport
 import Testing
 
 /// The deadlock detector's settings for this test process, applied by every suite whose tests
@@ -9,10 +10,11 @@ import Testing
 /// work then waits. On a loaded two-core machine (under ThreadSanitizer above all) that takes
 /// seconds, and the watchdog would rightly report it. No test in this process asks for a
 /// report: each report the watchdog can give is tested in a fixture process with its own
-/// settings. So this process raises the stall timeout above any deliberate hold, while a real
-/// hang (which the tests' own time limits catch sooner) is still reported.
+/// settings. So this process raises the stall timeout above any deliberate hold (each bounded
+/// at 10 s, scaled), while a real hang (which the tests' own time limits catch sooner) is
+/// still reported.
 struct TestProcessSettings: SuiteTrait, TestScoping {
-  static let stallTimeout = Duration.seconds(30)
+  static let stallTimeout = Duration.seconds(30).scaled
 
   func provideScope(
     for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void

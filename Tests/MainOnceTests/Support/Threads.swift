@@ -3,8 +3,8 @@ import MainOnceFixtureSupport
 import Testing
 
 /// Runs `body(index)` on `count` new threads released at the same moment, and waits at most
-/// `timeout` for all of them, without blocking a Swift concurrency thread. Returns `false`
-/// (and records an issue) if they did not finish in time.
+/// `timeout` (scaled, see ``TimeScale``) for all of them, without blocking a Swift concurrency
+/// thread. Returns `false` (and records an issue) if they did not finish in time.
 @discardableResult
 func raceThreads(
   _ count: Int,
@@ -24,18 +24,19 @@ func raceThreads(
   }
   let inTime =
     await onThread(timeout: timeout + .seconds(5)) {
-      finished.wait(timeout: .now() + timeout.seconds) == .success
+      finished.wait(timeout: .now() + timeout.scaled.seconds) == .success
     } ?? false
   if !inTime {
-    Issue.record("threads did not finish within \(timeout)", sourceLocation: sourceLocation)
+    Issue.record(
+      "threads did not finish within \(timeout.scaled)", sourceLocation: sourceLocation)
   }
   return inTime
 }
 
 /// Runs blocking work on a new thread, so that tests never block the cooperative pool (on
 /// Linux, libdispatch adds a worker for blocked ones only about once a second), and waits at
-/// most `timeout` for it. On timeout it records an issue and returns `nil`, leaving the thread
-/// to finish on its own, so that a hang fails the test instead of the run.
+/// most `timeout` (scaled) for it. On timeout it records an issue and returns `nil`, leaving
+/// the thread to finish on its own, so that a hang fails the test instead of the run.
 func onThread<Result: Sendable>(
   timeout: Duration = .seconds(30),
   sourceLocation: SourceLocation = #_sourceLocation,
@@ -49,16 +50,18 @@ func onThread<Result: Sendable>(
   return outcome.flatMap { $0 }
 }
 
-/// Waits for `semaphore` for at most `timeout`, off the cooperative pool.
+/// Waits for `semaphore` for at most `timeout` (scaled), off the cooperative pool.
 func wait(
   for semaphore: DispatchSemaphore, timeout: Duration = .seconds(10),
   sourceLocation: SourceLocation = #_sourceLocation
 ) async -> Bool {
   let signalled =
     await onThread(timeout: timeout + .seconds(5)) {
-      semaphore.wait(timeout: .now() + timeout.seconds) == .success
+      semaphore.wait(timeout: .now() + timeout.scaled.seconds) == .success
     } ?? false
-  if !signalled { Issue.record("timed out after \(timeout)", sourceLocation: sourceLocation) }
+  if !signalled {
+    Issue.record("timed out after \(timeout.scaled)", sourceLocation: sourceLocation)
+  }
   return signalled
 }
 
@@ -68,12 +71,15 @@ extension Duration {
   }
 }
 
-/// Ends an exit test's child process if it has not ended within `seconds`, so that a hang fails
-/// the test (exit status 3, and not the message the test expects) instead of stalling the run.
-func boundExitTest(seconds: UInt32 = 10) {
+/// Ends an exit test's child process if it has not ended within `seconds` (scaled), so that a
+/// hang fails the test (exit status 3, and not the message the test expects) instead of
+/// stalling the run. An exit test's child inherits the environment, and with it the time scale.
+func boundExitTest(seconds: Double = 10) {
+  let limit = TimeScale.seconds(seconds)
   Thread {
-    sleep(seconds)
-    FileHandle.standardError.write(Data("exit test timed out after \(seconds) s\n".utf8))
+    Thread.sleep(forTimeInterval: limit)
+    FileHandle.standardError.write(
+      Data("exit test timed out after \(String(format: "%g", limit)) s\n".utf8))
     exit(3)
   }.start()
 }
@@ -98,7 +104,7 @@ struct MainQueueHold {
       call { [release = hold.release] in
         runs.record(0)
         started.signal()
-        _ = release.wait(timeout: .now() + 10)
+        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
       }
     }.start()
     guard await wait(for: started, sourceLocation: sourceLocation) else { return nil }

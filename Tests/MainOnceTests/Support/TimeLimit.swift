@@ -1,31 +1,41 @@
 import Dispatch
+import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
 @testable import MainOnce
 
-/// Awaits `operation` for at most `limit`. On timeout it records an issue, cancels the
-/// operation and returns `nil` without waiting for it, so that a lost continuation fails the
-/// test instead of hanging the run.
+/// Awaits `operation` for at most `limit` times the time scale (``TimeScale``). On timeout it
+/// records an issue, cancels the operation and returns `nil` without waiting for it, so that a
+/// lost continuation fails the test instead of hanging the run.
 func withinTimeLimit<Value: Sendable>(
   _ limit: Duration = .seconds(10),
   sourceLocation: SourceLocation = #_sourceLocation,
   _ operation: @escaping @Sendable () async throws -> Value
 ) async throws -> Value? {
+  let scaled = limit.scaled
   let outcome = Slot<CheckedContinuation<Value?, any Error>>()
-  return try await withCheckedThrowingContinuation { continuation in
+  let timedOut = Slot<Bool>()
+  let value = try await withCheckedThrowingContinuation { continuation in
     outcome.put(continuation)
     let task = Task {
       let result = await Result(catching: operation)
       outcome.take()?.resume(with: result.map { $0 })
     }
-    DispatchQueue.global().asyncAfter(deadline: .now() + limit.seconds) {
+    DispatchQueue.global().asyncAfter(deadline: .now() + scaled.seconds) {
       guard let continuation = outcome.take() else { return }
-      Issue.record("did not finish within \(limit)", sourceLocation: sourceLocation)
+      timedOut.put(true)
       task.cancel()
       continuation.resume(returning: nil)
     }
   }
+  // Recorded here, in the test's own task, so that the issue names the test.
+  if timedOut.take() == true {
+    Issue.record(
+      "did not finish within \(scaled)\(TimeScale.factor == 1 ? "" : " (\(limit) scaled)")",
+      sourceLocation: sourceLocation)
+  }
+  return value
 }
 
 extension Result where Failure == any Error {
