@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "CBenchmarkSupport.h"
 
+#include <malloc.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 extern void *__libc_malloc(size_t size);
@@ -12,9 +14,15 @@ extern void *__libc_memalign(size_t alignment, size_t size);
 
 static __thread int counting;
 static __thread long count;
+// Process-wide counting, for work split between threads (a caller and the main queue).
+static atomic_int counting_everywhere;
+static atomic_long count_everywhere;
 
 static inline void note(void) {
   if (counting) count += 1;
+  if (atomic_load_explicit(&counting_everywhere, memory_order_relaxed)) {
+    atomic_fetch_add_explicit(&count_everywhere, 1, memory_order_relaxed);
+  }
 }
 
 void *malloc(size_t size) {
@@ -58,4 +66,19 @@ void bench_allocations_begin(void) {
 long bench_allocations_end(void) {
   counting = 0;
   return count;
+}
+
+void bench_process_allocations_begin(void) {
+  atomic_store(&count_everywhere, 0);
+  atomic_store(&counting_everywhere, 1);
+}
+
+long bench_process_allocations_end(void) {
+  atomic_store(&counting_everywhere, 0);
+  return atomic_load(&count_everywhere);
+}
+
+long bench_heap_in_use(void) {
+  struct mallinfo2 info = mallinfo2();
+  return (long)(info.uordblks + info.hblkhd);
 }

@@ -23,4 +23,14 @@ void bench_dispatch_once(long *predicate, void *context, void (*function)(void *
 void bench_allocations_begin(void);
 long bench_allocations_end(void);
 
+/// Counts the allocations every thread of the process makes between
+/// `bench_process_allocations_begin()` and `bench_process_allocations_end()`, which returns the
+/// count.
+void bench_process_allocations_begin(void);
+long bench_process_allocations_end(void);
+
+/// Bytes of heap in use, in every arena and in mmapped chunks (`mallinfo2`'s `uordblks` and
+/// `hblkhd`), chunk headers included: what the process pays for its live allocations.
+long bench_heap_in_use(void);
+
 #endif
