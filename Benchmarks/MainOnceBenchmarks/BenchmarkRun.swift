@@ -1,17 +1,32 @@
 import Foundation
 
-/// The whole benchmark: fast paths in this process, first calls and races in child processes
-/// (one per run-loop driver), then the table, the targets and the JSON file.
+/// A benchmark run: the groups asked for, each side by side with its baselines, then the
+/// targets, and the JSON file.
 struct BenchmarkRun {
+  /// The groups, in the order a full run measures them.
+  enum Group: String, CaseIterable, Codable {
+    case fastPath = "fast-path"
+    case objects
+    case sizes
+    case firstCall = "first-call"
+    case race
+  }
+
+  let groups: [Group]
   let quick: Bool
-  let jsonPath: String
+  /// Where to write the JSON; `nil`: nowhere.
+  let jsonPath: String?
 
   struct Output: Codable {
     let machine: Machine
-    let fastPath: [FastPathSuite.Row]
-    let scaling: [FastPathSuite.Scaling]
-    let firstCall: [FirstCallProcess.Result]
-    let targets: [Target]
+    let command: String
+    var fastPath: [FastPathSuite.Row]?
+    var scaling: [FastPathSuite.Scaling]?
+    var objects: PerObjectSuite.Result?
+    var sizes: [Sizes.Row]?
+    var firstCall: [FirstCalls.Result]?
+    var race: [Races.Result]?
+    var targets: [Target] = []
   }
 
   /// Whether a target was met.
@@ -32,32 +47,60 @@ struct BenchmarkRun {
   @MainActor
   func run() async {
     let machine = Machine.current
-    print("MainOnce benchmarks (swift run -c release MainOnceBenchmarks\(quick ? " --quick" : ""))")
+    let command =
+      "swift run -c release MainOnceBenchmarks "
+      + CommandLine.arguments.dropFirst().joined(separator: " ")
+    print("MainOnce benchmarks (\(command.trimmingCharacters(in: .whitespaces)))")
     print("machine: \(machine.description)\n")
+    var output = Output(machine: machine, command: command)
     let rounds = Rounds(rounds: quick ? 3 : 11, sampleNanoseconds: quick ? 2_000_000 : 20_000_000)
-    let rows: [FastPathSuite.Row]
-    let scaling: [FastPathSuite.Scaling]
-    do {
-      (rows, scaling) = try await FastPathSuite(rounds: rounds).run()
-    } catch {
-      print("cannot prepare the fast paths: \(error)")
-      return
-    }
-    Report.printFastPath(rows, rounds: rounds)
-    Report.printAllocations(rows)
-    Report.printScaling(scaling)
-    var firstCalls: [FirstCallProcess.Result] = []
-    for driver in ["dispatchMain", "runLoop", "mainQueueDriver"] {
-      if let result = await FirstCallProcess.spawn(driver: driver, quick: quick) {
-        firstCalls.append(result)
+    for group in groups {
+      switch group {
+      case .fastPath:
+        do {
+          let (rows, scaling) = try await FastPathSuite(rounds: rounds).run()
+          Report.printFastPath(rows, rounds: rounds)
+          Report.printAllocations(rows)
+          Report.printScaling(scaling)
+          (output.fastPath, output.scaling) = (rows, scaling)
+        } catch {
+          print("cannot prepare the fast paths: \(error)\n")
+        }
+      case .objects:
+        let result = await PerObjectSuite(rounds: rounds, objects: quick ? 1_000 : 10_000).run()
+        Report.printObjects(result, rounds: rounds)
+        output.objects = result
+      case .sizes:
+        let rows = Sizes.measure()
+        Report.printSizes(rows)
+        output.sizes = rows
+      case .firstCall:
+        var results: [FirstCalls.Result] = []
+        for driver in DriverProcess.drivers {
+          if let result = await DriverProcess.spawn(
+            "first-call", driver: driver, quick: quick, as: FirstCalls.Result.self)
+          {
+            results.append(result)
+          }
+        }
+        Report.printFirstCalls(results)
+        output.firstCall = results
+      case .race:
+        var results: [Races.Result] = []
+        for driver in DriverProcess.drivers {
+          if let result = await DriverProcess.spawn(
+            "race", driver: driver, quick: quick, as: Races.Result.self)
+          {
+            results.append(result)
+          }
+        }
+        Report.printRaces(results)
+        output.race = results
       }
     }
-    Report.printFirstCalls(firstCalls)
-    Report.printRaces(firstCalls)
-    let targets = Targets.evaluate(rows: rows, firstCalls: firstCalls)
-    Report.printTargets(targets)
-    let output = Output(
-      machine: machine, fastPath: rows, scaling: scaling, firstCall: firstCalls, targets: targets)
+    output.targets = Targets.evaluate(output)
+    Report.printTargets(output.targets)
+    guard let jsonPath else { return }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
     encoder.nonConformingFloatEncodingStrategy = .convertToString(

@@ -37,45 +37,112 @@ enum Report {
     print()
   }
 
-  static func printFirstCalls(_ results: [FirstCallProcess.Result]) {
-    guard let first = results.first else { return }
+  static func printObjects(_ result: PerObjectSuite.Result, rounds: Rounds) {
     print(
-      "First call of a fresh token from another thread: ns per call, median (best) of"
-        + " \(first.rounds) rounds of \(first.tokensPerRound) tokens; ratio of medians to"
-        + " main.async and a park, the hop MainOnce makes")
-    print(pad("", 40) + results.map { pad(driverName($0.driver), 28) }.joined())
-    let lines: [(String, KeyPath<FirstCallProcess.Result, Timing>)] = [
-      ("DispatchQueue.main.sync {} (bare)", \.mainQueueSync),
-      ("main.async {} and a park", \.asyncAndPark),
-      ("onceOnMain(token:)", \.onceOnMain),
-      ("Khan port", \.khanPort),
-    ]
-    for (name, path) in lines {
-      let cells = results.map { result in
-        let timing = result[keyPath: path]
-        let ratio = timing.median / result.asyncAndPark.median
-        return pad(
-          "\(format(timing.median, decimals: 0)) (\(format(timing.best, decimals: 0)))"
-            + " \(format(ratio, decimals: 2))×", 28)
+      "Per-object once on a done call site: ns per call, median (best) of \(rounds.rounds)"
+        + " interleaved rounds; two threads at once, each on its own object, and per round"
+        + " their time over one thread's (median, quartiles)")
+    let reference = result.rows.first { $0.name == PerObjectSuite.referenceName }
+    let nameWidth = result.rows.map(\.name.count).max() ?? 0
+    print(
+      pad("", nameWidth) + "   " + pad("one thread", 24) + pad("two threads (each)", 22)
+        + pad("two ÷ one", 20) + "allocations/call")
+    for row in result.rows {
+      let overReference = reference.map {
+        " \(format(row.oneThread.median / $0.oneThread.median, decimals: 0))×"
       }
-      print(pad(name, 40) + cells.joined())
+      print(
+        pad(row.name, nameWidth) + "   "
+          + pad(
+            "\(timing(row.oneThread, decimals: 2))"
+              + (row.name == PerObjectSuite.referenceName ? "" : overReference ?? ""), 24)
+          + pad(timing(row.twoThreads, decimals: 2), 22)
+          + pad(PairedRatio(row.twoThreads, over: row.oneThread).short, 20)
+          + format(row.allocationsPerCall, decimals: 3))
+    }
+    let memory = result.memory.map { entry in
+      entry.name == PerObjectSuite.referenceName
+        ? "\(entry.name): +\(format(entry.bytesPerObject, decimals: 0)) bytes in the object"
+        : "\(entry.name): \(format(entry.bytesPerObject, decimals: 0)) bytes"
+          + " (\(format(entry.allocationsPerFirstCall, decimals: 1)) allocations per first call)"
+    }
+    print(
+      "Heap per live object with one call site used (\(result.memory.first?.objects ?? 0)"
+        + " objects, mallinfo2): " + memory.joined(separator: "; "))
+    print()
+  }
+
+  static func printSizes(_ rows: [Sizes.Row]) {
+    print("Sizes in bytes: size (stride, alignment)")
+    for row in rows {
+      print("  \(pad(row.name, 26)) \(row.size) (\(row.stride), \(row.alignment))")
     }
     print()
   }
 
-  static func printRaces(_ results: [FirstCallProcess.Result]) {
+  static func printFirstCalls(_ results: [FirstCalls.Result]) {
     guard let first = results.first else { return }
     print(
-      "\(first.race.threads) threads racing on a fresh token, \(first.race.races) races:"
-        + " main-queue work items per race, and µs until the last caller returns (median)")
-    for result in results {
-      let race = result.race
-      print(
-        "  \(pad(driverName(result.driver), 22)) onceOnMain(token:) "
-          + "\(format(race.onceOnMainWorkItems, decimals: 2)) items,"
-          + " \(format(race.onceOnMainWallTime.median, decimals: 0)) µs;"
-          + "  Khan port \(format(race.khanPortWorkItems, decimals: 2)) items,"
-          + " \(format(race.khanPortWallTime.median, decimals: 0)) µs")
+      "First call of a fresh token from one background thread: ns per call, median (best) of"
+        + " \(first.rounds) rounds of \(first.tokensPerRound) tokens (after a warm-up round);"
+        + " variants interleaved, turns rotated")
+    let nameWidth = 52
+    let cellWidth = 26
+    print(pad("", nameWidth) + results.map { pad(driverName($0.driver), cellWidth) }.joined())
+    for variant in FirstCalls.variants {
+      let cells = results.map { result in
+        pad(result.timings[variant.key].map { timing($0, decimals: 0) } ?? "—", cellWidth)
+      }
+      print(pad(variant.name, nameWidth) + cells.joined())
+    }
+    func line(_ name: String, _ cell: (FirstCalls.Result) -> String) {
+      print(pad(name, nameWidth) + results.map { pad(cell($0), cellWidth) }.joined())
+    }
+    func pair(_ result: FirstCalls.Result) -> (Timing, Timing)? {
+      guard let once = result.timings["onceOnMain"], let hop = result.timings[FirstCalls.bareHop]
+      else { return nil }
+      return (once, hop)
+    }
+    line("onceOnMain ÷ bare hop, per round (quartiles)") { result in
+      pair(result).map { PairedRatio($0.0, over: $0.1).short } ?? "—"
+    }
+    line("onceOnMain − bare hop, ns per round (quartiles)") { result in
+      pair(result).map { PairedDifference($0.0, over: $0.1).short } ?? "—"
+    }
+    line("onceOnMain ÷ bare hop, ratio of medians") { result in
+      pair(result).map { format($0.0.median / $0.1.median, decimals: 2) + "×" } ?? "—"
+    }
+    line("allocations per call, bare hop: thread/process") { result in
+      result.allocations[FirstCalls.bareHop].map(allocations) ?? "—"
+    }
+    line("allocations per call, onceOnMain: thread/process") { result in
+      result.allocations["onceOnMain"].map(allocations) ?? "—"
+    }
+    line("main-queue work items per onceOnMain first call") { result in
+      format(result.workItemsPerCall, decimals: 2)
+    }
+    print()
+  }
+
+  static func printRaces(_ results: [Races.Result]) {
+    guard let first = results.first else { return }
+    print(
+      "\(first.threads) threads racing on a fresh token, \(first.races) races each: µs from"
+        + " releasing the ready threads to the last return, median (best); per race the ratio"
+        + " (median, quartiles); main-queue work items per race")
+    let cellWidth = 26
+    print(pad("", 44) + results.map { pad(driverName($0.driver), cellWidth) }.joined())
+    func line(_ name: String, _ cell: (Races.Result) -> String) {
+      print(pad(name, 44) + results.map { pad(cell($0), cellWidth) }.joined())
+    }
+    line("onceOnMain(token:)") { timing($0.onceOnMain, decimals: 0) }
+    line("Khan port") { timing($0.khanPort, decimals: 0) }
+    line("onceOnMain ÷ Khan port, per race") { PairedRatio($0.onceOnMain, over: $0.khanPort).short }
+    line("onceOnMain ÷ Khan port, ratio of medians") {
+      format($0.onceOnMain.median / $0.khanPort.median, decimals: 2) + "×"
+    }
+    line("work items: onceOnMain / Khan port") {
+      "\(format($0.onceOnMainWorkItems, decimals: 2)) / \(format($0.khanPortWorkItems, decimals: 2))"
     }
     print()
   }
@@ -93,6 +160,14 @@ enum Report {
     let ratio = baseline.map { " \(format(timing.best / $0.best, decimals: 2))×" } ?? ""
     return
       "\(format(timing.best, decimals: 2)) (\(format(timing.median, decimals: 2)))\(ratio)"
+  }
+
+  private static func timing(_ timing: Timing, decimals: Int) -> String {
+    "\(format(timing.median, decimals: decimals)) (\(format(timing.best, decimals: decimals)))"
+  }
+
+  private static func allocations(_ allocations: FirstCalls.Allocations) -> String {
+    "\(format(allocations.callingThread, decimals: 2)) / \(format(allocations.process, decimals: 2))"
   }
 
   static func driverName(_ driver: String) -> String {

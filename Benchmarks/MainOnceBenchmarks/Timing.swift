@@ -27,11 +27,8 @@ struct PairedRatio {
   let upperQuartile: Double
 
   init(_ timing: Timing, over baseline: Timing) {
-    let ratios = zip(timing.samples, baseline.samples).map { $0 / $1 }.sorted()
-    func quantile(_ fraction: Double) -> Double {
-      ratios.isEmpty ? .nan : ratios[Int((Double(ratios.count - 1) * fraction).rounded())]
-    }
-    (lowerQuartile, median, upperQuartile) = (quantile(0.25), quantile(0.5), quantile(0.75))
+    (lowerQuartile, median, upperQuartile) = quartiles(
+      zip(timing.samples, baseline.samples).map { $0 / $1 })
   }
 
   /// How the ratio compares with `target`: met if the median is within it, missed if even the
@@ -45,6 +42,39 @@ struct PairedRatio {
     "\(Report.format(median, decimals: 2))× (median of per-round ratios; quartiles"
       + " \(Report.format(lowerQuartile, decimals: 2))–\(Report.format(upperQuartile, decimals: 2)))"
   }
+
+  var short: String {
+    "\(Report.format(median, decimals: 2))× (\(Report.format(lowerQuartile, decimals: 2))–"
+      + "\(Report.format(upperQuartile, decimals: 2)))"
+  }
+}
+
+/// The difference of two timings taken in the same rounds, round by round: what one adds to
+/// the other. Unlike a ratio, it does not shrink when the machine is busy and the baseline
+/// slows down.
+struct PairedDifference {
+  let lowerQuartile: Double
+  let median: Double
+  let upperQuartile: Double
+
+  init(_ timing: Timing, over baseline: Timing) {
+    (lowerQuartile, median, upperQuartile) = quartiles(
+      zip(timing.samples, baseline.samples).map { $0 - $1 })
+  }
+
+  var short: String {
+    "\(Report.format(median, decimals: 0)) (\(Report.format(lowerQuartile, decimals: 0))–"
+      + "\(Report.format(upperQuartile, decimals: 0)))"
+  }
+}
+
+/// The lower quartile, the median and the upper quartile of `values`.
+func quartiles(_ values: [Double]) -> (Double, Double, Double) {
+  let sorted = values.sorted()
+  func quantile(_ fraction: Double) -> Double {
+    sorted.isEmpty ? .nan : sorted[Int((Double(sorted.count - 1) * fraction).rounded())]
+  }
+  return (quantile(0.25), quantile(0.5), quantile(0.75))
 }
 
 /// A thread that runs work handed to it, so that measurements "from another thread" always run

@@ -1,10 +1,21 @@
-// swift run -c release MainOnceBenchmarks [--quick] [--json PATH]
-//   Fast paths side by side, first calls and racing callers under dispatchMain() and
-//   RunLoop.main.run(), allocations, scaling; prints a table and writes JSON. The README gives
-//   the command with code alignment options that its numbers come from: at 1.4 ns a call, a
-//   probe that straddles a cache line costs a cycle more.
+// swift run -c release MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
+//   GROUP is one of fast-path, objects, sizes, first-call, race; without one, all of them run,
+//   then the targets of issue 17 are judged, and the JSON goes to MainOnceBenchmarks.json unless
+//   --json names another file (a single group writes JSON only when --json is given).
+//   fast-path   done tokens side by side with dispatch_once_f and others; allocations, scaling
+//   objects     runOnce(for:)/onceOnMain(for:) on a done call site, one and two threads, memory
+//   sizes       MemoryLayout of the once-cells
+//   first-call  a fresh token's first call against the bare main.async + semaphore hop, under
+//               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each)
+//   race        eight threads racing on a fresh token against the Khan port, under each driver
+//   The README gives the command with code alignment options that its numbers come from: at
+//   1.4 ns a call, a probe that straddles a cache line costs a cycle more.
 // swift run -c release MainOnceBenchmarks instructions [--quick]
 //   Instructions per fast-path call, counted by valgrind's callgrind.
+// MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
+// MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
+//   One variant alone, after a warm-up, for tools that measure a whole process (strace -c -f,
+//   perf stat, valgrind); see Profile.swift.
 import Dispatch
 import Foundation
 
@@ -13,31 +24,60 @@ let quick = arguments.contains("--quick")
 let jsonPath = arguments.firstIndex(of: "--json").map { index in
   arguments.indices.contains(index + 1) ? arguments[index + 1] : ""
 }
-// The command is the first argument that is neither an option nor the value of --json.
-let command = arguments.indices.first { index in
+// The words that are neither options nor the value of --json.
+let words = arguments.indices.filter { index in
   !arguments[index].hasPrefix("--") && (index == 0 || arguments[index - 1] != "--json")
 }.map { arguments[$0] }
 
-switch command {
-case "first-call" where arguments.count >= 2:
-  FirstCallProcess.run(driver: arguments[1], quick: quick)
-case "loop" where arguments.count >= 3:
-  InstructionCounts.runLoop(named: arguments[1], iterations: Int(arguments[2]) ?? 0)
+func usage() -> Never {
+  FileHandle.standardError.write(
+    Data(
+      """
+      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|race] [--quick] [--json PATH]
+             MainOnceBenchmarks instructions [--quick]
+             MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
+             MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
+      DRIVER: \(DriverProcess.drivers.joined(separator: ", "))
+      VARIANT: \(FirstCalls.variants.map(\.key).joined(separator: ", "))
+
+      """.utf8))
+  exit(64)
+}
+
+switch words.first {
+case "child" where words.count == 3 && words[1] == "first-call":
+  let driver = words[2]
+  DriverProcess.serve(driver: driver) { FirstCalls.measure(driver: driver, quick: quick) }
+case "child" where words.count == 3 && words[1] == "race":
+  let driver = words[2]
+  DriverProcess.serve(driver: driver) { Races.measure(driver: driver, quick: quick) }
+case "child" where words.count == 4 && words[1] == "objects-memory":
+  let form = words[3]
+  DriverProcess.serve(driver: words[2]) {
+    PerObjectSuite.measureMemory(of: form, count: quick ? 1_000 : 10_000)
+  }
+case "profile" where words.count >= 4:
+  Profile.run(
+    group: words[1], driver: words[2], variant: words[3],
+    count: words.count > 4 ? Int(words[4]) : nil)
+case "loop" where words.count >= 3:
+  InstructionCounts.runLoop(named: words[1], iterations: Int(words[2]) ?? 0)
 case "instructions":
   InstructionCounts.run(quick: quick)
-case nil where jsonPath != "":
+case let word where jsonPath != "" && words.count <= 1:
+  let groups: [BenchmarkRun.Group]
+  if let word {
+    guard let group = BenchmarkRun.Group(rawValue: word) else { usage() }
+    groups = [group]
+  } else {
+    groups = BenchmarkRun.Group.allCases
+  }
+  let path = jsonPath ?? (word == nil ? "MainOnceBenchmarks.json" : nil)
   Task { @MainActor in
-    await BenchmarkRun(quick: quick, jsonPath: jsonPath ?? "MainOnceBenchmarks.json").run()
+    await BenchmarkRun(groups: groups, quick: quick, jsonPath: path).run()
     exit(0)
   }
   dispatchMain()
 default:
-  FileHandle.standardError.write(
-    Data(
-      """
-      usage: MainOnceBenchmarks [--quick] [--json PATH]
-             MainOnceBenchmarks instructions [--quick]
-
-      """.utf8))
-  exit(64)
+  usage()
 }

@@ -1,0 +1,203 @@
+import CBenchmarkSupport
+import Dispatch
+import Foundation
+import MainOnce
+
+/// `MainOnceBenchmarks objects`: per-object once on a call site that is done for its object.
+///
+/// For each form, in interleaved rounds: ns per call on one thread; the same with two threads
+/// at once, each on an object of its own (ns per call each, and per round the ratio to the
+/// round's one-thread time); heap allocations per call. Beside them, as the reference, a token
+/// stored on the object. Then memory: bytes of heap per live object with one call site used,
+/// from the heap in use before and after the first call on each of 10,000 live objects.
+struct PerObjectSuite {
+  struct Row: Codable {
+    let name: String
+    /// ns per call, one thread.
+    let oneThread: Timing
+    /// ns per call on each of two threads at once, the mean of the two, per round.
+    let twoThreads: Timing
+    /// The two threads separately, per round.
+    let firstOfTwo: [Double]
+    let secondOfTwo: [Double]
+    let allocationsPerCall: Double
+  }
+
+  struct Memory: Codable {
+    let name: String
+    let objects: Int
+    /// Heap bytes per object that the first calls left in use.
+    let bytesPerObject: Double
+    /// Allocations per first call, anywhere in the process (freed ones included).
+    let allocationsPerFirstCall: Double
+  }
+
+  struct Result: Codable {
+    let rows: [Row]
+    let memory: [Memory]
+  }
+
+  /// Objects that MainOnce keeps per-object state for. A class with nothing else in it.
+  final class Subject: Sendable {}
+
+  /// The same with a token stored on it: the reference.
+  final class SubjectWithToken: Sendable {
+    let token = MainOnceToken("per object")
+  }
+
+  /// The forms measured, each through a probe that is one call site. `loop` calls the probe
+  /// `count` times for an object and returns a checksum; `firstCalls` makes the first call for
+  /// each of a list of objects.
+  struct Form: Sendable {
+    let name: String
+    let loop: @Sendable (_ count: Int, Subject, SubjectWithToken) -> Int
+    let firstCalls: (@Sendable ([Subject]) -> Void)?
+  }
+
+  static let referenceName = "token stored on the object (reference)"
+
+  static let forms: [Form] = [
+    Form(
+      name: "runOnce(for:)",
+      loop: { count, object, _ in repeatProbe(count) { Probes.runOnce(object) } },
+      firstCalls: { objects in for object in objects { _ = Probes.runOnce(object) } }),
+    Form(
+      name: "onceOnMain(for:)",
+      loop: { count, object, _ in repeatProbe(count) { Probes.onceOnMain(object) } },
+      firstCalls: { objects in for object in objects { _ = Probes.onceOnMain(object) } }),
+    Form(
+      name: referenceName,
+      loop: { count, _, holder in repeatProbe(count) { Probes.token(holder) } },
+      firstCalls: nil),
+  ]
+
+  enum Probes {
+    @inline(never) static func runOnce(_ object: Subject) -> Int {
+      MainOnce.runOnce(for: object) {}
+      return 1
+    }
+
+    @inline(never) static func onceOnMain(_ object: Subject) -> Int {
+      MainOnce.onceOnMain(for: object) {}
+      return 1
+    }
+
+    @inline(never) static func token(_ object: SubjectWithToken) -> Int {
+      MainOnce.onceOnMain(token: object.token) {}
+      return 1
+    }
+  }
+
+  let rounds: Rounds
+  let objects: Int
+  let worker = WorkerThread()
+  let secondWorker = WorkerThread()
+
+  @MainActor
+  func run() async -> Result {
+    let first = (Subject(), SubjectWithToken())
+    let second = (Subject(), SubjectWithToken())
+    // Make every call site done for both objects: from another thread, as a user would.
+    for form in PerObjectSuite.forms {
+      _ = await worker.run { form.loop(1, first.0, first.1) }
+      _ = await worker.run { form.loop(1, second.0, second.1) }
+    }
+    let forms = PerObjectSuite.forms
+    var iterations: [Int] = []
+    for form in forms {
+      iterations.append(
+        await rounds.iterations(for: { count in
+          await worker.run { form.loop(count, first.0, first.1) }
+        }))
+    }
+    var one = Array(repeating: [Double](), count: forms.count)
+    var twoFirst = one
+    var twoSecond = one
+    for round in 0..<rounds.rounds {
+      for offset in forms.indices {
+        let index = (round + offset) % forms.count
+        let (form, count) = (forms[index], iterations[index])
+        one[index].append(await worker.run { timed(count) { form.loop($0, first.0, first.1) } })
+        async let a = worker.run { timed(count) { form.loop($0, first.0, first.1) } }
+        async let b = secondWorker.run { timed(count) { form.loop($0, second.0, second.1) } }
+        let (timeA, timeB) = await (a, b)
+        twoFirst[index].append(timeA)
+        twoSecond[index].append(timeB)
+      }
+    }
+    var rows: [Row] = []
+    for (index, form) in forms.enumerated() {
+      let count = 100_000
+      let allocations = await worker.run {
+        bench_allocations_begin()
+        _ = form.loop(count, first.0, first.1)
+        return bench_allocations_end()
+      }
+      rows.append(
+        Row(
+          name: form.name, oneThread: Timing(one[index]),
+          twoThreads: Timing(zip(twoFirst[index], twoSecond[index]).map { ($0 + $1) / 2 }),
+          firstOfTwo: twoFirst[index], secondOfTwo: twoSecond[index],
+          allocationsPerCall: Double(allocations) / Double(count)))
+    }
+    return Result(rows: rows, memory: await memory())
+  }
+
+  /// Heap per live object, each form in a process of its own (see ``measureMemory(of:count:)``),
+  /// and what a token stored on the object adds to the object.
+  @MainActor
+  private func memory() async -> [Memory] {
+    var results: [Memory] = []
+    for form in PerObjectSuite.forms where form.firstCalls != nil {
+      if let result = await DriverProcess.spawn(
+        "objects-memory", driver: "dispatchMain", quick: objects < 10_000, as: Memory.self,
+        extra: [form.name])
+      {
+        results.append(result)
+      }
+    }
+    let count = objects
+    let (plain, withToken) = await worker.run {
+      var start = bench_heap_in_use()
+      let plain = (0..<count).map { _ in Subject() }
+      let plainBytes = bench_heap_in_use() - start
+      start = bench_heap_in_use()
+      let holders = (0..<count).map { _ in SubjectWithToken() }
+      let holderBytes = bench_heap_in_use() - start
+      withExtendedLifetime((plain, holders)) {}
+      return (plainBytes, holderBytes)
+    }
+    results.append(
+      Memory(
+        name: PerObjectSuite.referenceName, objects: count,
+        bytesPerObject: Double(withToken - plain) / Double(count), allocationsPerFirstCall: 0))
+    return results
+  }
+
+  /// The child side of the memory measurement, in a process whose per-object table is empty:
+  /// heap in use before and after the first call of `form`'s call site on each of `count` live
+  /// objects, from a background thread (the objects are made before the first measurement).
+  static func measureMemory(of name: String, count: Int) -> Memory {
+    guard let form = forms.first(where: { $0.name == name }), let firstCalls = form.firstCalls
+    else { fatalError("no per-object form named \(name)") }
+    let subjects = (0..<count).map { _ in Subject() }
+    let before = bench_heap_in_use()
+    bench_process_allocations_begin()
+    firstCalls(subjects)
+    let allocations = bench_process_allocations_end()
+    let bytes = bench_heap_in_use() - before
+    withExtendedLifetime(subjects) {}
+    return Memory(
+      name: name, objects: count, bytesPerObject: Double(bytes) / Double(count),
+      allocationsPerFirstCall: Double(allocations) / Double(count))
+  }
+}
+
+/// Nanoseconds per call of a loop of `count` calls.
+private func timed(_ count: Int, _ loop: (Int) -> Int) -> Double {
+  let start = now()
+  let checksum = loop(count)
+  let elapsed = now() - start
+  if checksum == Int.min { print("") }  // keep the checksum alive
+  return Double(elapsed) / Double(count)
+}
