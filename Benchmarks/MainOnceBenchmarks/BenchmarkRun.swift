@@ -25,7 +25,11 @@ struct BenchmarkRun {
     var objects: PerObjectSuite.Result?
     var sizes: [Sizes.Row]?
     var firstCall: [FirstCalls.Result]?
+    /// The same with every thread of each driver process on one CPU.
+    var firstCallOneCPU: [FirstCalls.Result]?
     var race: [Races.Result]?
+    /// The share of the CPUs that other processes used while each group ran, by group.
+    var otherLoad: [String: Double] = [:]
     var targets: [Target] = []
   }
 
@@ -55,6 +59,12 @@ struct BenchmarkRun {
     var output = Output(machine: machine, command: command)
     let rounds = Rounds(rounds: quick ? 3 : 11, sampleNanoseconds: quick ? 2_000_000 : 20_000_000)
     for group in groups {
+      let start = OtherLoad.now()
+      defer {
+        let share = OtherLoad.now().share(since: start)
+        output.otherLoad[group.rawValue] = share
+        Report.printOtherLoad(share, group: group.rawValue)
+      }
       switch group {
       case .fastPath:
         do {
@@ -76,15 +86,20 @@ struct BenchmarkRun {
         output.sizes = rows
       case .firstCall:
         var results: [FirstCalls.Result] = []
+        var oneCPU: [FirstCalls.Result] = []
         for driver in DriverProcess.drivers {
-          if let result = await DriverProcess.spawn(
-            "first-call", driver: driver, quick: quick, as: FirstCalls.Result.self)
-          {
-            results.append(result)
+          for pinned in [false, true] {
+            if let result = await DriverProcess.spawn(
+              "first-call", driver: driver, quick: quick, as: FirstCalls.Result.self,
+              extra: pinned ? ["--one-cpu"] : [])
+            {
+              if pinned { oneCPU.append(result) } else { results.append(result) }
+            }
           }
         }
         Report.printFirstCalls(results)
-        output.firstCall = results
+        Report.printFirstCalls(oneCPU)
+        (output.firstCall, output.firstCallOneCPU) = (results, oneCPU)
       case .race:
         var results: [Races.Result] = []
         for driver in DriverProcess.drivers {

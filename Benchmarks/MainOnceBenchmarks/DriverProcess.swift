@@ -1,3 +1,4 @@
+import CBenchmarkSupport
 import Dispatch
 import Foundation
 import MainOnce
@@ -30,10 +31,17 @@ enum DriverProcess {
   }
 
   /// Runs `body` on a background thread while `driver` serves the main queue, then exits.
+  /// With `--one-cpu`, every thread of the process runs on the CPU the main thread is on.
   static func serve(driver: String, _ body: @escaping @Sendable () -> Void) -> Never {
     guard drivers.contains(driver) else {
       FileHandle.standardError.write(Data("unknown driver \(driver)\n".utf8))
       exit(64)
+    }
+    // Before any other thread exists: threads inherit the affinity of the thread that creates
+    // them.
+    if oneCPU && bench_stay_on_this_cpu() < 0 {
+      FileHandle.standardError.write(Data("cannot bind to one CPU: errno \(errno)\n".utf8))
+      exit(1)
     }
     // Asked for on the main thread, before the loop: the descriptor exists only while the main
     // queue is bound to the main thread.

@@ -17,6 +17,9 @@ import Foundation
 enum FirstCalls {
   struct Result: Codable {
     let driver: String
+    /// Whether every thread of the process ran on one CPU (`--one-cpu`): then no hop waits for
+    /// another CPU to wake up, and what is left is the work of both sides.
+    let oneCPU: Bool
     let tokensPerRound: Int
     /// Rounds measured, after one warm-up round that is not.
     let rounds: Int
@@ -66,7 +69,7 @@ enum FirstCalls {
   ]
 
   /// The child side: measures under the driver this process serves the main queue with.
-  static func measure(driver: String, quick: Bool) -> Result {
+  static func measure(driver: String, quick: Bool, oneCPU: Bool) -> Result {
     let count = quick ? 200 : 2_000
     let rounds = quick ? 3 : 9
     // Warm up: threads of the dispatch pool, the allocator's caches, MainOnce's thread record.
@@ -95,7 +98,7 @@ enum FirstCalls {
     run(once, count: count)
     let items = Instrumentation.mainQueueWorkItems - itemsBefore
     return Result(
-      driver: driver, tokensPerRound: count, rounds: rounds,
+      driver: driver, oneCPU: oneCPU, tokensPerRound: count, rounds: rounds,
       timings: samples.mapValues { Timing($0) }, allocations: allocations,
       workItemsPerCall: Double(items) / Double(count))
   }

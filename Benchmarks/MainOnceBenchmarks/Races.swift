@@ -95,18 +95,27 @@ final class RacerPool: @unchecked Sendable {
   private let returned = Atomic(0)
   private let releasedAt = Atomic<UInt64>(0)
   private let lastReturn = Atomic<UInt64>(0)
+  /// When each racer returned in the last race; each writes its own slot.
+  private let returnTimes: UnsafeMutableBufferPointer<UInt64>
 
   init(threads: Int) {
     count = threads
     start = (0..<threads).map { _ in DispatchSemaphore(value: 0) }
+    returnTimes = .allocate(capacity: threads)
+    returnTimes.initialize(repeating: 0)
     for index in 0..<threads {
       Thread { [self] in
         while true {
           start[index].wait()
-          runOnce()
+          runOnce(index)
         }
       }.start()
     }
+  }
+
+  /// The last race: when the racers were released, and when each returned, in order.
+  var lastRace: (released: UInt64, returns: [UInt64]) {
+    (releasedAt.load(ordering: .acquiring), returnTimes.sorted())
   }
 
   /// Races every thread into `call`; microseconds from the release to the last return.
@@ -123,14 +132,16 @@ final class RacerPool: @unchecked Sendable {
     return Double(lastReturn.load(ordering: .acquiring) - released) / 1_000
   }
 
-  private func runOnce() {
+  private func runOnce(_ index: Int) {
     let call = self.call!
     if arrived.add(1, ordering: .acquiringAndReleasing).newValue == count {
       releasedAt.store(now(), ordering: .releasing)
     }
     while releasedAt.load(ordering: .acquiring) == 0 {}
     call()
-    lastReturn.max(now(), ordering: .relaxed)
+    let end = now()
+    returnTimes[index] = end
+    lastReturn.max(end, ordering: .relaxed)
     if returned.add(1, ordering: .acquiringAndReleasing).newValue == count { finished.signal() }
   }
 }

@@ -85,7 +85,10 @@ enum Report {
     print(
       "First call of a fresh token from one background thread: ns per call, median (best) of"
         + " \(first.rounds) rounds of \(first.tokensPerRound) tokens (after a warm-up round);"
-        + " variants interleaved, turns rotated")
+        + " variants interleaved, turns rotated"
+        + (first.oneCPU
+          ? "; every thread of each process on one CPU, so that no hop waits for the other CPU"
+            + " to wake up" : ""))
     let nameWidth = 52
     let cellWidth = 26
     print(pad("", nameWidth) + results.map { pad(driverName($0.driver), cellWidth) }.joined())
@@ -145,6 +148,14 @@ enum Report {
       "\(format($0.onceOnMainWorkItems, decimals: 2)) / \(format($0.khanPortWorkItems, decimals: 2))"
     }
     print()
+  }
+
+  static func printOtherLoad(_ share: Double, group: String) {
+    guard share.isFinite else { return }
+    print(
+      "Other processes used \(format(share * 100, decimals: 0))% of the CPUs during \(group)"
+        + (share >= 0.05
+          ? ": hops and races were slowed down alike, which shrinks their ratios.\n" : ".\n"))
   }
 
   static func printTargets(_ targets: [BenchmarkRun.Target]) {

@@ -6,7 +6,8 @@
 //   objects     runOnce(for:)/onceOnMain(for:) on a done call site, one and two threads, memory
 //   sizes       MemoryLayout of the once-cells
 //   first-call  a fresh token's first call against the bare main.async + semaphore hop, under
-//               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each)
+//               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each), and
+//               again with each process on one CPU
 //   race        eight threads racing on a fresh token against the Khan port, under each driver
 //   The README gives the command with code alignment options that its numbers come from: at
 //   1.4 ns a call, a probe that straddles a cache line costs a cycle more.
@@ -14,13 +15,16 @@
 //   Instructions per fast-path call, counted by valgrind's callgrind.
 // MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
 // MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
+// MainOnceBenchmarks profile phases DRIVER first-call|race [COUNT]
 //   One variant alone, after a warm-up, for tools that measure a whole process (strace -c -f,
-//   perf stat, valgrind); see Profile.swift.
+//   perf stat, valgrind); see Profile.swift. --one-cpu keeps every thread on one CPU.
 import Dispatch
 import Foundation
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 let quick = arguments.contains("--quick")
+/// For a driver process: every thread on one CPU.
+let oneCPU = arguments.contains("--one-cpu")
 let jsonPath = arguments.firstIndex(of: "--json").map { index in
   arguments.indices.contains(index + 1) ? arguments[index + 1] : ""
 }
@@ -37,6 +41,7 @@ func usage() -> Never {
              MainOnceBenchmarks instructions [--quick]
              MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
              MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
+             MainOnceBenchmarks profile phases DRIVER first-call|race [COUNT]
       DRIVER: \(DriverProcess.drivers.joined(separator: ", "))
       VARIANT: \(FirstCalls.variants.map(\.key).joined(separator: ", "))
 
@@ -47,7 +52,9 @@ func usage() -> Never {
 switch words.first {
 case "child" where words.count == 3 && words[1] == "first-call":
   let driver = words[2]
-  DriverProcess.serve(driver: driver) { FirstCalls.measure(driver: driver, quick: quick) }
+  DriverProcess.serve(driver: driver) {
+    FirstCalls.measure(driver: driver, quick: quick, oneCPU: oneCPU)
+  }
 case "child" where words.count == 3 && words[1] == "race":
   let driver = words[2]
   DriverProcess.serve(driver: driver) { Races.measure(driver: driver, quick: quick) }

@@ -33,4 +33,8 @@ long bench_process_allocations_end(void);
 /// `hblkhd`), chunk headers included: what the process pays for its live allocations.
 long bench_heap_in_use(void);
 
+/// Binds the calling thread, and every thread it creates afterwards, to the CPU it runs on now.
+/// Returns that CPU, or -1 with errno set.
+int bench_stay_on_this_cpu(void);
+
 #endif
