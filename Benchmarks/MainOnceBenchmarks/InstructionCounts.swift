@@ -9,10 +9,11 @@ import Foundation
 /// read the DWARF 5 line tables Swift 6.3 emits, so it runs a copy stripped of debug info.
 enum InstructionCounts {
   /// Blocking fast paths, run on a plain thread (as the "another thread" column).
-  static let loops: [(name: String, loop: @Sendable (Int) -> Int)] = Candidate.all.compactMap {
-    guard case .blocking(let loop) = $0.onOtherThread else { return nil }
-    return ($0.name, loop)
-  }
+  static let loops: [(name: String, loop: @Sendable (Int) -> Int)] =
+    Candidate.all.compactMap {
+      guard case .blocking(let loop) = $0.onOtherThread else { return nil }
+      return ($0.name, loop)
+    } + PerObjectSuite.instructionLoops
 
   /// The child side: prepare in main context, run one loop on another thread, exit.
   @MainActor
@@ -22,6 +23,7 @@ enum InstructionCounts {
       exit(64)
     }
     FastPaths.prepareBlocking()
+    PerObjectSuite.prepareInstructionLoops()
     KhanPort.onceOnMainThread(FastPaths.khanPredicate) {}  // the main thread, before any run loop
     let done = DispatchSemaphore(value: 0)
     Thread {

@@ -88,6 +88,26 @@ struct PerObjectSuite {
     }
   }
 
+  /// The objects whose call sites `MainOnceBenchmarks instructions` counts.
+  static let counted = (Subject(), SubjectWithToken())
+
+  /// Loops for `MainOnceBenchmarks instructions`, on ``counted``: those the fast-path list does
+  /// not have already.
+  static let instructionLoops: [(name: String, loop: @Sendable (Int) -> Int)] = forms.filter {
+    $0.name != "onceOnMain(for:)"
+  }.map { form in
+    (
+      form.name == referenceName ? form.name : "\(form.name) (per object)",
+      { form.loop($0, counted.0, counted.1) }
+    )
+  }
+
+  /// Makes every call site done for ``counted``, in main context.
+  @MainActor
+  static func prepareInstructionLoops() {
+    for form in forms { _ = form.loop(1, counted.0, counted.1) }
+  }
+
   let rounds: Rounds
   let objects: Int
   let worker = WorkerThread()
