@@ -2,6 +2,7 @@ import CBenchmarkSupport
 import Dispatch
 import Foundation
 import MainOnce
+import Synchronization
 
 /// `MainOnceBenchmarks objects`: per-object once on a call site that is done for its object.
 ///
@@ -20,6 +21,9 @@ struct PerObjectSuite {
     /// The two threads separately, per round.
     let firstOfTwo: [Double]
     let secondOfTwo: [Double]
+    /// Per round, the share of the two threads' span during which both were running their
+    /// loops: well under 1 means that they took turns (a busy machine), not that they scaled.
+    let overlap: [Double]
     let allocationsPerCall: Double
   }
 
@@ -133,16 +137,28 @@ struct PerObjectSuite {
     var one = Array(repeating: [Double](), count: forms.count)
     var twoFirst = one
     var twoSecond = one
+    var overlap = one
     for round in 0..<rounds.rounds {
       for offset in forms.indices {
         let index = (round + offset) % forms.count
         let (form, count) = (forms[index], iterations[index])
-        one[index].append(await worker.run { timed(count) { form.loop($0, first.0, first.1) } })
-        async let a = worker.run { timed(count) { form.loop($0, first.0, first.1) } }
-        async let b = secondWorker.run { timed(count) { form.loop($0, second.0, second.1) } }
-        let (timeA, timeB) = await (a, b)
-        twoFirst[index].append(timeA)
-        twoSecond[index].append(timeB)
+        one[index].append(
+          await worker.run { timed(count) { form.loop($0, first.0, first.1) } }.perCall)
+        let gate = StartGate(threads: 2)
+        async let a = worker.run {
+          gate.arrive()
+          return timed(count) { form.loop($0, first.0, first.1) }
+        }
+        async let b = secondWorker.run {
+          gate.arrive()
+          return timed(count) { form.loop($0, second.0, second.1) }
+        }
+        let (runA, runB) = await (a, b)
+        twoFirst[index].append(runA.perCall)
+        twoSecond[index].append(runB.perCall)
+        let span = Double(max(runA.end, runB.end) - min(runA.start, runB.start))
+        let both = Double(min(runA.end, runB.end)) - Double(max(runA.start, runB.start))
+        overlap[index].append(max(0, both) / span)
       }
     }
     var rows: [Row] = []
@@ -157,7 +173,7 @@ struct PerObjectSuite {
         Row(
           name: form.name, oneThread: Timing(one[index]),
           twoThreads: Timing(zip(twoFirst[index], twoSecond[index]).map { ($0 + $1) / 2 }),
-          firstOfTwo: twoFirst[index], secondOfTwo: twoSecond[index],
+          firstOfTwo: twoFirst[index], secondOfTwo: twoSecond[index], overlap: overlap[index],
           allocationsPerCall: Double(allocations) / Double(count)))
     }
     return Result(rows: rows, memory: await memory())
@@ -213,11 +229,28 @@ struct PerObjectSuite {
   }
 }
 
-/// Nanoseconds per call of a loop of `count` calls.
-private func timed(_ count: Int, _ loop: (Int) -> Int) -> Double {
+/// Lets threads start a measurement together: each waits, spinning, until all have arrived, or
+/// for at most 50 ms (on a busy machine one may not get a CPU for that long).
+private final class StartGate: Sendable {
+  private let arrived = Atomic(0)
+  private let threads: Int
+
+  init(threads: Int) { self.threads = threads }
+
+  func arrive() {
+    arrived.add(1, ordering: .acquiringAndReleasing)
+    let deadline = now() + 50_000_000
+    while arrived.load(ordering: .acquiring) < threads && now() < deadline {}
+  }
+}
+
+/// Nanoseconds per call of a loop of `count` calls, and when the loop started and ended.
+private func timed(
+  _ count: Int, _ loop: (Int) -> Int
+) -> (perCall: Double, start: UInt64, end: UInt64) {
   let start = now()
   let checksum = loop(count)
-  let elapsed = now() - start
+  let end = now()
   if checksum == Int.min { print("") }  // keep the checksum alive
-  return Double(elapsed) / Double(count)
+  return (Double(end - start) / Double(count), start, end)
 }

@@ -60,6 +60,14 @@ enum Report {
           + pad(PairedRatio(row.twoThreads, over: row.oneThread).short, 20)
           + format(row.allocationsPerCall, decimals: 3))
     }
+    let overlaps = result.rows.flatMap(\.overlap)
+    if let least = overlaps.min(), least < 0.9 {
+      print(
+        "Note: in some rounds the two threads ran at the same time for only"
+          + " \(format(least * 100, decimals: 0))% of their span (median"
+          + " \(format(Timing(overlaps).median * 100, decimals: 0))%): they took turns on a busy"
+          + " machine, and those rounds say little about scaling.")
+    }
     let memory = result.memory.map { entry in
       entry.name == PerObjectSuite.referenceName
         ? "\(entry.name): +\(format(entry.bytesPerObject, decimals: 0)) bytes in the object"
