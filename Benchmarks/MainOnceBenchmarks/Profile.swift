@@ -130,27 +130,32 @@ enum Profile {
       ),
     ]
     var toMain: [String: [Double]] = [:]
+    var calls: [String: [[Double]]] = [:]
     var returns: [String: [[Double]]] = [:]
     for race in 0..<(races + 5) {
       for (name, start) in race.isMultiple(of: 2) ? candidates : candidates.reversed() {
         _ = pool.race(start())
         guard race >= 5 else { continue }
-        let (released, ends) = pool.lastRace
+        let (released, starts, ends) = pool.lastRace
         let main = mainStart.load(ordering: .relaxed)
         toMain[name, default: []].append(Double(main - released) / 1_000)
-        returns[name, default: []].append(ends.map { (Double($0) - Double(main)) / 1_000 })
+        calls[name, default: []].append(starts.map { (Double($0) - Double(released)) / 1_000 })
+        returns[name, default: []].append(ends.map { (Double($0) - Double(released)) / 1_000 })
       }
     }
     report(
-      "\(driverLabel): µs, median of \(races) races; returns after the start on main, in order")
+      "\(driverLabel): µs after the release, median of \(races) races: the racers' calls and"
+        + " returns, in order, and the start of the work on the main queue")
+    func nth(_ times: [[Double]]) -> String {
+      (0..<Races.threads).map { index in
+        Report.format(Timing(times.map { $0[index] }).median, decimals: 1)
+      }.joined(separator: " ")
+    }
     for (name, _) in candidates {
-      let nth = (0..<Races.threads).map { index in
-        Report.format(Timing(returns[name]!.map { $0[index] }).median, decimals: 1)
-      }
       report(
-        "  \(name.padding(toLength: 11, withPad: " ", startingAt: 0)) release → main"
-          + " \(Report.format(Timing(toMain[name]!).median, decimals: 1));"
-          + " returns \(nth.joined(separator: " "))")
+        "  \(name.padding(toLength: 11, withPad: " ", startingAt: 0)) calls \(nth(calls[name]!));"
+          + " main \(Report.format(Timing(toMain[name]!).median, decimals: 1));"
+          + " returns \(nth(returns[name]!))")
     }
   }
 

@@ -95,12 +95,16 @@ final class RacerPool: @unchecked Sendable {
   private let returned = Atomic(0)
   private let releasedAt = Atomic<UInt64>(0)
   private let lastReturn = Atomic<UInt64>(0)
-  /// When each racer returned in the last race; each writes its own slot.
+  /// When each racer made its call, and when it returned, in the last race; each racer writes
+  /// its own slots.
+  private let callTimes: UnsafeMutableBufferPointer<UInt64>
   private let returnTimes: UnsafeMutableBufferPointer<UInt64>
 
   init(threads: Int) {
     count = threads
     start = (0..<threads).map { _ in DispatchSemaphore(value: 0) }
+    callTimes = .allocate(capacity: threads)
+    callTimes.initialize(repeating: 0)
     returnTimes = .allocate(capacity: threads)
     returnTimes.initialize(repeating: 0)
     for index in 0..<threads {
@@ -113,9 +117,10 @@ final class RacerPool: @unchecked Sendable {
     }
   }
 
-  /// The last race: when the racers were released, and when each returned, in order.
-  var lastRace: (released: UInt64, returns: [UInt64]) {
-    (releasedAt.load(ordering: .acquiring), returnTimes.sorted())
+  /// The last race: when the racers were released, when each made its call, and when each
+  /// returned, each in order.
+  var lastRace: (released: UInt64, calls: [UInt64], returns: [UInt64]) {
+    (releasedAt.load(ordering: .acquiring), callTimes.sorted(), returnTimes.sorted())
   }
 
   /// Races every thread into `call`; microseconds from the release to the last return.
@@ -138,6 +143,7 @@ final class RacerPool: @unchecked Sendable {
       releasedAt.store(now(), ordering: .releasing)
     }
     while releasedAt.load(ordering: .acquiring) == 0 {}
+    callTimes[index] = now()
     call()
     let end = now()
     returnTimes[index] = end
