@@ -21,9 +21,11 @@ struct PerObjectSuite {
     /// The two threads separately, per round.
     let firstOfTwo: [Double]
     let secondOfTwo: [Double]
-    /// Per round, the share of the two threads' span during which both were running their
-    /// loops: well under 1 means that they took turns (a busy machine), not that they scaled.
-    let overlap: [Double]
+    /// Per round, the share of the two threads' common span that each spent on a CPU (the
+    /// lesser of the two, from their CPU clocks). Under 1 when a thread sleeps on a contended
+    /// lock, and when the two share one CPU on a busy machine: the reference row, which takes
+    /// no lock, tells the two apart.
+    let onCPU: [Double]
     let allocationsPerCall: Double
   }
 
@@ -137,7 +139,7 @@ struct PerObjectSuite {
     var one = Array(repeating: [Double](), count: forms.count)
     var twoFirst = one
     var twoSecond = one
-    var overlap = one
+    var onCPU = one
     for round in 0..<rounds.rounds {
       for offset in forms.indices {
         let index = (round + offset) % forms.count
@@ -157,8 +159,7 @@ struct PerObjectSuite {
         twoFirst[index].append(runA.perCall)
         twoSecond[index].append(runB.perCall)
         let span = Double(max(runA.end, runB.end) - min(runA.start, runB.start))
-        let both = Double(min(runA.end, runB.end)) - Double(max(runA.start, runB.start))
-        overlap[index].append(max(0, both) / span)
+        onCPU[index].append(min(runA.cpu, runB.cpu) / span)
       }
     }
     var rows: [Row] = []
@@ -173,7 +174,7 @@ struct PerObjectSuite {
         Row(
           name: form.name, oneThread: Timing(one[index]),
           twoThreads: Timing(zip(twoFirst[index], twoSecond[index]).map { ($0 + $1) / 2 }),
-          firstOfTwo: twoFirst[index], secondOfTwo: twoSecond[index], overlap: overlap[index],
+          firstOfTwo: twoFirst[index], secondOfTwo: twoSecond[index], onCPU: onCPU[index],
           allocationsPerCall: Double(allocations) / Double(count)))
     }
     return Result(rows: rows, memory: await memory())
@@ -244,13 +245,22 @@ private final class StartGate: Sendable {
   }
 }
 
-/// Nanoseconds per call of a loop of `count` calls, and when the loop started and ended.
+/// Nanoseconds per call of a loop of `count` calls; when the loop started and ended, and the
+/// nanoseconds of CPU time the thread spent meanwhile.
 private func timed(
   _ count: Int, _ loop: (Int) -> Int
-) -> (perCall: Double, start: UInt64, end: UInt64) {
+) -> (perCall: Double, start: UInt64, end: UInt64, cpu: Double) {
+  let cpuStart = threadCPUNanoseconds()
   let start = now()
   let checksum = loop(count)
   let end = now()
+  let cpu = threadCPUNanoseconds() - cpuStart
   if checksum == Int.min { print("") }  // keep the checksum alive
-  return (Double(end - start) / Double(count), start, end)
+  return (Double(end - start) / Double(count), start, end, cpu)
+}
+
+private func threadCPUNanoseconds() -> Double {
+  var time = timespec()
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+  return Double(time.tv_sec) * 1e9 + Double(time.tv_nsec)
 }

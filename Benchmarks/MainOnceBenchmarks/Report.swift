@@ -41,12 +41,13 @@ enum Report {
     print(
       "Per-object once on a done call site: ns per call, median (best) of \(rounds.rounds)"
         + " interleaved rounds; two threads at once, each on its own object, and per round"
-        + " their time over one thread's (median, quartiles)")
+        + " their time over one thread's (median, quartiles); the share of the time the two"
+        + " threads were each on a CPU (a contended lock puts them to sleep)")
     let reference = result.rows.first { $0.name == PerObjectSuite.referenceName }
     let nameWidth = result.rows.map(\.name.count).max() ?? 0
     print(
       pad("", nameWidth) + "   " + pad("one thread", 24) + pad("two threads (each)", 22)
-        + pad("two ÷ one", 20) + "allocations/call")
+        + pad("two ÷ one", 20) + pad("on CPU", 8) + "allocations/call")
     for row in result.rows {
       let overReference = reference.map {
         " \(format(row.oneThread.median / $0.oneThread.median, decimals: 0))×"
@@ -58,15 +59,16 @@ enum Report {
               + (row.name == PerObjectSuite.referenceName ? "" : overReference ?? ""), 24)
           + pad(timing(row.twoThreads, decimals: 2), 22)
           + pad(PairedRatio(row.twoThreads, over: row.oneThread).short, 20)
+          + pad("\(format(Timing(row.onCPU).median * 100, decimals: 0))%", 8)
           + format(row.allocationsPerCall, decimals: 3))
     }
-    let overlaps = result.rows.flatMap(\.overlap)
-    if let least = overlaps.min(), least < 0.9 {
+    if let share = result.rows.first(where: { $0.name == PerObjectSuite.referenceName })
+      .map({ Timing($0.onCPU).median }), share < 0.9
+    {
       print(
-        "Note: in some rounds the two threads ran at the same time for only"
-          + " \(format(least * 100, decimals: 0))% of their span (median"
-          + " \(format(Timing(overlaps).median * 100, decimals: 0))%): they took turns on a busy"
-          + " machine, and those rounds say little about scaling.")
+        "Note: the two threads of the reference row were each on a CPU for only"
+          + " \(format(share * 100, decimals: 0))% of their common span (median): they shared a"
+          + " CPU on a busy machine, and the two-thread column says little about contention.")
     }
     let memory = result.memory.map { entry in
       entry.name == PerObjectSuite.referenceName
