@@ -21,11 +21,13 @@ struct PerObjectSuite {
     /// The two threads separately, per round.
     let firstOfTwo: [Double]
     let secondOfTwo: [Double]
-    /// Per round, the share of the two threads' common span that each spent on a CPU (the
-    /// lesser of the two, from their CPU clocks). Under 1 when a thread sleeps on a contended
-    /// lock, and when the two share one CPU on a busy machine: the reference row, which takes
-    /// no lock, tells the two apart.
+    /// Per round, the share of its own loop's time that each of the two threads spent on a CPU
+    /// (the lesser of the two, from their CPU clocks). Under 1 when a thread sleeps on a
+    /// contended lock, and when the two share one CPU on a busy machine: the reference row,
+    /// which takes no lock, tells the two apart.
     let onCPU: [Double]
+    /// Per round, the share of the two loops' common span during which both were running.
+    let overlap: [Double]
     let allocationsPerCall: Double
   }
 
@@ -94,6 +96,13 @@ struct PerObjectSuite {
     }
   }
 
+  /// Whether the two threads of `row` each had a CPU: on one for at least 90% of their loops,
+  /// and running at the same time for at least 90% of their span (medians). Asked of the
+  /// reference row, which takes no lock.
+  static func ranInParallel(_ row: Row) -> Bool {
+    Timing(row.onCPU).median >= 0.9 && Timing(row.overlap).median >= 0.9
+  }
+
   /// The objects whose call sites `MainOnceBenchmarks instructions` counts.
   static let counted = (Subject(), SubjectWithToken())
 
@@ -140,6 +149,7 @@ struct PerObjectSuite {
     var twoFirst = one
     var twoSecond = one
     var onCPU = one
+    var overlap = one
     for round in 0..<rounds.rounds {
       for offset in forms.indices {
         let index = (round + offset) % forms.count
@@ -159,7 +169,10 @@ struct PerObjectSuite {
         twoFirst[index].append(runA.perCall)
         twoSecond[index].append(runB.perCall)
         let span = Double(max(runA.end, runB.end) - min(runA.start, runB.start))
-        onCPU[index].append(min(runA.cpu, runB.cpu) / span)
+        let both = Double(min(runA.end, runB.end)) - Double(max(runA.start, runB.start))
+        overlap[index].append(max(0, both) / span)
+        onCPU[index].append(
+          min(runA.cpu / Double(runA.end - runA.start), runB.cpu / Double(runB.end - runB.start)))
       }
     }
     var rows: [Row] = []
@@ -175,6 +188,7 @@ struct PerObjectSuite {
           name: form.name, oneThread: Timing(one[index]),
           twoThreads: Timing(zip(twoFirst[index], twoSecond[index]).map { ($0 + $1) / 2 }),
           firstOfTwo: twoFirst[index], secondOfTwo: twoSecond[index], onCPU: onCPU[index],
+          overlap: overlap[index],
           allocationsPerCall: Double(allocations) / Double(count)))
     }
     return Result(rows: rows, memory: await memory())

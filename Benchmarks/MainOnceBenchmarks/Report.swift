@@ -62,13 +62,15 @@ enum Report {
           + pad("\(format(Timing(row.onCPU).median * 100, decimals: 0))%", 8)
           + format(row.allocationsPerCall, decimals: 3))
     }
-    if let share = result.rows.first(where: { $0.name == PerObjectSuite.referenceName })
-      .map({ Timing($0.onCPU).median }), share < 0.9
+    if let reference = result.rows.first(where: { $0.name == PerObjectSuite.referenceName }),
+      !PerObjectSuite.ranInParallel(reference)
     {
       print(
-        "Note: the two threads of the reference row were each on a CPU for only"
-          + " \(format(share * 100, decimals: 0))% of their common span (median): they shared a"
-          + " CPU on a busy machine, and the two-thread column says little about contention.")
+        "Note: the reference row's two threads were each on a CPU for"
+          + " \(format(Timing(reference.onCPU).median * 100, decimals: 0))% of their loops and"
+          + " ran at the same time for \(format(Timing(reference.overlap).median * 100, decimals: 0))%"
+          + " of their span (medians): they did not each have a CPU, and the two-thread column"
+          + " says little about contention.")
     }
     let memory = result.memory.map { entry in
       entry.name == PerObjectSuite.referenceName
