@@ -28,10 +28,11 @@ struct OtherLoad {
     return OtherLoad(busy: busy / ticks, idle: idle / ticks, ours: ownCPUSeconds())
   }
 
-  /// The share of all CPUs' time since `start` that other processes used, from 0 to 1.
+  /// The share of all CPUs' time since `start` that other processes used, from 0 to 1; NaN
+  /// for less than a CPU-second, which `/proc/stat` cannot resolve.
   func share(since start: OtherLoad) -> Double {
     let total = (busy - start.busy) + (idle - start.idle)
-    guard total > 0 else { return .nan }
+    guard total >= 1 else { return .nan }
     return max(0, (busy - start.busy) - (ours - start.ours)) / total
   }
 
