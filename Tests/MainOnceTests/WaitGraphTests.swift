@@ -19,7 +19,7 @@ struct WaitGraphTests {
       // `other`.
       let (theirs, ending) = RecordedWait.forCell(on: other, runBy: me)
       let mine = RecordedWait.forThread(other, on: me, evidence: .sleepsInWait)
-      var state = DetectorState()
+      let state = DetectorState()
       state.waits = [other: theirs, me: mine]
       let before = state.cycle(closedBy: mine) != nil
       // The initializer returned: `other` is resolved, and has yet to take its wait off.
@@ -59,7 +59,7 @@ struct WaitGraphTests {
         // `other` runs.
         let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
         let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
-        let waits = [other.id: theirs, me: mine]
+        let waits: ThreadTable = [other.id: theirs, me: mine]
         verdicts.append("\(behaviour): \(verdict(closedBy: mine, waits: waits))")
         // Released: the wait is over, though `other` has not taken it off the graph.
         theirs.ended.store(true, ordering: .releasing)
@@ -85,7 +85,7 @@ struct WaitGraphTests {
       let me = ThreadRecord.current.id
       let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
       let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
-      let waits = [other.id: theirs, me: mine]
+      let waits: ThreadTable = [other.id: theirs, me: mine]
       // Out of its blocking call: it serves an initializer, say, or takes a lock.
       theirs.blocking.add(1, ordering: .releasing)
       let outside = verdict(closedBy: mine, waits: waits)
@@ -105,7 +105,7 @@ struct WaitGraphTests {
         let me = ThreadRecord.current.id
         let theirs = RecordedWait.forThread(me, on: other.id, evidence: .opaque)
         let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
-        let waits = [other.id: theirs, me: mine]
+        let waits: ThreadTable = [other.id: theirs, me: mine]
         var baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
         let first = verdict(closedBy: mine, waits: waits, baselines: &baselines)
         let soon = verdict(closedBy: mine, waits: waits, baselines: &baselines)
@@ -123,14 +123,37 @@ struct WaitGraphTests {
   }
 }
 
+extension WaitGraphTests {
+  @Test("the thread table agrees with a dictionary through inserts, replacements and removals")
+  func threadTable() {
+    final class Box {}
+    var table = ThreadTable<Box>()
+    var model: [ThreadID: Box] = [:]
+    var generator = SystemRandomNumberGenerator()
+    for step in 0..<20_000 {
+      // Ids that collide in a small table, and a few far apart.
+      let id = ThreadID(rawValue: Int32.random(in: 1...200, using: &generator) * Int32(step % 7 + 1))
+      if Bool.random(using: &generator) {
+        let box = Box()
+        #expect(table.updateValue(box, forKey: id) === model.updateValue(box, forKey: id))
+      } else {
+        #expect(table.updateValue(nil, forKey: id) === model.removeValue(forKey: id))
+      }
+    }
+    #expect(table.keys.count == model.count)
+    for (id, box) in model { #expect(table[id] === box) }
+    for (id, box) in table { #expect(model[id] === box) }
+  }
+}
+
 private let graphSite = CallSite(file: #fileID, line: #line)
 
 /// The verdict on the cycle `mine` closes in a graph of `waits`, asked on the closing thread.
 private func verdict(
-  closedBy mine: RecordedWait, waits: [ThreadID: RecordedWait],
+  closedBy mine: RecordedWait, waits: ThreadTable<RecordedWait>,
   baselines: inout [ThreadID: (progress: ThreadProgress, at: UInt64)]
 ) -> String {
-  var state = DetectorState()
+  let state = DetectorState()
   state.waits = waits
   guard let cycle = state.cycle(closedBy: mine) else { return "gone" }
   switch Evidence.settle(
@@ -142,7 +165,7 @@ private func verdict(
   }
 }
 
-private func verdict(closedBy mine: RecordedWait, waits: [ThreadID: RecordedWait]) -> String {
+private func verdict(closedBy mine: RecordedWait, waits: ThreadTable<RecordedWait>) -> String {
   var baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
   return verdict(closedBy: mine, waits: waits, baselines: &baselines)
 }

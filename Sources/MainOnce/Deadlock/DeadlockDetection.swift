@@ -149,8 +149,14 @@ extension DeadlockDetection.Response {
     }
   }
 
+  /// Every slow path reads the responses: a switch, not a search of `allCases`.
   fileprivate init(code: UInt8) {
-    self = Self.allCases.first { $0.code == code } ?? .abort
+    switch code {
+    case 1: self = .report
+    case 2: self = .off
+    case 3: self = .service
+    default: self = .abort
+    }
   }
 }
 

@@ -12,23 +12,21 @@ enum DeadlockHooks {
     Detector.watch(subject)
   }
 
-  /// `thread` is about to park until `ending` ends, waiting for `subject`. Records the wait,
-  /// watches the subject, and checks whether the wait closes a cycle: then it stops the
+  /// `thread` is about to park until `ending` ends, waiting for `subject`. Records the wait (the
+  /// watchdog finds the subject there), and checks whether the wait closes a cycle: then it stops the
   /// process, reports, or wakes a main-queue wait that serves initializers, as
   /// ``DeadlockDetection/cycleResponse`` says. Pass the result to ``didWake(_:from:)``.
   static func willBlock(
     _ thread: ThreadRecord, until ending: some WaitEnding, in subject: some WaitSubject
   ) -> RecordedWait? {
     defer { Instrumentation.noteParked() }
-    guard DeadlockDetection.cycleResponse != .off else {
-      callerWaits(in: subject)
-      return nil
-    }
+    guard DeadlockDetection.cycleResponse != .off || DeadlockDetection.stallResponse != .off
+    else { return nil }
     let wait = RecordedWait(
       on: thread.id, object: .subject(subject, ending), operation: subject.label.operation,
       site: ending.site, siteIsCaller: subject.label.hasCallSites, holdsMainQueue: false,
       evidence: .resolution)
-    Detector.begin(wait, watching: subject)
+    Detector.begin(wait)
     return wait
   }
 

@@ -2,17 +2,31 @@ internal import Synchronization
 
 /// The deadlock detector's state, under a lock of its own: the wait-for graph, the units of
 /// work being performed, the subjects the watchdog watches, and the cycles it looks at again.
-struct DetectorState {
-  /// What each blocked thread waits for (the innermost of its nested waits).
-  var waits: [ThreadID: RecordedWait] = [:]
+/// A class: the graph's walks pass it around without copying its tables.
+final class DetectorState {
+  // Only touched under `Detector.state`'s lock (or, for a test's own graph, by one thread),
+  // which makes every access exclusive: the variables skip the dynamic check.
+  /// What each blocked thread waits for (the innermost of its nested waits). The watchdog also
+  /// finds here the cells that blocked threads wait for.
+  @exclusivity(unchecked) var waits = ThreadTable<RecordedWait>()
   /// Threads performing each unit of work a tracked wait can name.
-  var performers: [WaitTarget.WorkID: [ThreadID: Int]] = [:]
-  /// The subjects with callers waiting in main context, by identity.
-  var watched: [ObjectIdentifier: StallWatch] = [:]
+  @exclusivity(unchecked) var performers: [WaitTarget.WorkID: [ThreadID: Int]] = [:]
+  /// The subjects the watchdog watches, by identity: those that callers that do not block wait
+  /// for, and those it has looked at. (Those of blocked threads it finds in ``waits``.)
+  @exclusivity(unchecked) var watched: [ObjectIdentifier: StallWatch] = [:] {
+    didSet { if isShared { Detector.watchedCount.store(watched.count, ordering: .relaxed) } }
+  }
   /// Waits that close a cycle not proven yet, by identity: the watchdog looks at them again.
-  var rechecks: [ObjectIdentifier: Recheck] = [:]
+  @exclusivity(unchecked) var rechecks: [ObjectIdentifier: Recheck] = [:]
   /// The watchdog thread's bookkeeping.
-  var watchdog = WatchdogState()
+  @exclusivity(unchecked) var watchdog = WatchdogState()
+  /// Whether this is the process's detector, whose watched count ``Detector/watchedCount``
+  /// mirrors (a test's graph is not).
+  private let isShared: Bool
+
+  init(isShared: Bool = false) {
+    self.isShared = isShared
+  }
 }
 
 /// A wait that closed a cycle not proven yet, as the watchdog looks at it again.
@@ -30,19 +44,21 @@ struct Recheck {
 }
 
 enum Detector {
-  static let state = Locked(DetectorState())
+  static let state = Locked(DetectorState(isShared: true))
 
-  /// Records `wait`, watching `subject` for stalls, and reacts to the cycle it closes, if any.
-  /// `recheck` tries to end the wait without blocking: a proven cycle is not reported if it
-  /// succeeds.
-  static func begin(
-    _ wait: RecordedWait, watching subject: (any WaitSubject)? = nil,
-    recheck: (() -> Bool)? = nil
-  ) {
+  /// How many subjects ``DetectorState/watched`` holds, read without the lock: while none is
+  /// watched, a subject that changes has nothing to tell the watchdog.
+  static let watchedCount = Atomic(0)
+
+  /// Records `wait` and reacts to the cycle it closes, if any (unless cycles are not checked:
+  /// then the watchdog still finds the wait). `recheck` tries to end the wait without blocking:
+  /// a proven cycle is not reported if it succeeds.
+  static func begin(_ wait: RecordedWait, recheck: (() -> Bool)? = nil) {
+    let checksCycles = DeadlockDetection.cycleResponse != .off
     let (candidate, startWatchdog) = state.withLock { state -> ([CycleEdge]?, Bool) in
       wait.previous = state.waits.updateValue(wait, forKey: wait.thread)
-      let start = subject.map { state.watch($0) } ?? false
-      return (state.cycle(closedBy: wait), start)
+      let start = DeadlockDetection.stallResponse != .off && state.watchdog.needsStart()
+      return (checksCycles ? state.cycle(closedBy: wait) : nil, start)
     }
     if startWatchdog { Watchdog.start() }
     if let candidate {
@@ -56,7 +72,7 @@ enum Detector {
     wait.ended.store(true, ordering: .releasing)
     state.withLock { state in
       if state.waits[wait.thread] === wait { state.waits[wait.thread] = wait.previous }
-      state.rechecks[ObjectIdentifier(wait)] = nil
+      if !state.rechecks.isEmpty { state.rechecks[ObjectIdentifier(wait)] = nil }
     }
   }
 
@@ -68,6 +84,7 @@ enum Detector {
   /// `subject` may have lost its waiting callers, or finished: once nothing is in its way, the
   /// watchdog stops watching it, and says so if it reported it.
   static func subjectChanged(_ subject: some WaitSubject) {
+    guard watchedCount.load(ordering: .relaxed) > 0 else { return }
     let key = ObjectIdentifier(subject)
     guard state.withLock({ $0.watched[key] != nil }), subject.obstacle() == .nothing else { return }
     let finished = subject.stallSnapshot() == nil
@@ -145,7 +162,7 @@ enum Detector {
 
 extension DetectorState {
   /// Watches `subject`; `true` if the watchdog thread must be started.
-  mutating func watch(_ subject: some WaitSubject) -> Bool {
+  func watch(_ subject: some WaitSubject) -> Bool {
     guard subject.isWatchedForStalls, DeadlockDetection.stallResponse != .off else { return false }
     let key = ObjectIdentifier(subject)
     if watched[key] == nil { watched[key] = StallWatch(subject: subject) }
@@ -153,7 +170,7 @@ extension DetectorState {
   }
 
   /// Marks the cycle `wait` closes as reported; `false` if it already was.
-  mutating func markReported(_ wait: RecordedWait) -> Bool {
+  func markReported(_ wait: RecordedWait) -> Bool {
     let key = ObjectIdentifier(wait)
     if rechecks[key]?.isReported == true { return false }
     if rechecks[key] == nil { rechecks[key] = Recheck(wait: wait, nextLook: .max, interval: 0) }
@@ -161,11 +178,11 @@ extension DetectorState {
     return true
   }
 
-  mutating func beginPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
+  func beginPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
     performers[work, default: [:]][thread, default: 0] += 1
   }
 
-  mutating func endPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
+  func endPerforming(_ work: WaitTarget.WorkID, on thread: ThreadID) {
     performers[work]?[thread]? -= 1
     if performers[work]?[thread] == 0 { performers[work]?[thread] = nil }
     if performers[work]?.isEmpty == true { performers[work] = nil }

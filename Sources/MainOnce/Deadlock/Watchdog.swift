@@ -85,7 +85,7 @@ enum Watchdog {
     while true {
       let settings = DeadlockDetection.Snapshot.current
       // The subjects' callers are read first, each under its own lock, and the clock after.
-      let subjects = Detector.state.withLock { $0.watched.values.map(\.subject) }
+      let subjects = Detector.state.withLock { $0.subjectsToWatch() }
       let snapshots = subjects.map { ($0, $0.stallSnapshot()) }
       let due = Detector.state.withLock { $0.dueWork(snapshots, settings: settings) }
       for ended in due.ended {
@@ -139,10 +139,22 @@ struct DueWork {
 }
 
 extension DetectorState {
+  /// The subjects to look at: those watched, and those that blocked threads wait for.
+  func subjectsToWatch() -> [any WaitSubject] {
+    var subjects = watched.mapValues(\.subject)
+    for wait in waits.values where !wait.isOver {
+      guard case .subject(let subject, _) = wait.object, subject.isWatchedForStalls else {
+        continue
+      }
+      subjects[ObjectIdentifier(subject)] = subject
+    }
+    return Array(subjects.values)
+  }
+
   /// The work due now, given what each watched subject's callers were when read: looks at
   /// subjects whose callers have waited the stall timeout (or whose last look was a timeout
   /// ago), and rechecks of unproven cycles. Reads the clock once, here, under the lock.
-  mutating func dueWork(
+  func dueWork(
     _ snapshots: [(any WaitSubject, StallSnapshot?)], settings: DeadlockDetection.Snapshot
   ) -> DueWork {
     let now = Platform.monotonicNanoseconds()
@@ -151,7 +163,7 @@ extension DetectorState {
     var nextDeadline: UInt64?
     for (subject, snapshot) in snapshots {
       let key = ObjectIdentifier(subject)
-      guard var watch = watched[key] else { continue }
+      var watch = watched[key] ?? StallWatch(subject: subject)
       guard settings.stallResponse != .off, let snapshot,
         let oldest = snapshot.callers.map(\.since).min()
       else {
@@ -202,7 +214,7 @@ extension DetectorState {
   /// reports (not stuck); later ones only when the thread in the way is blocked without
   /// progress (stuck: the report stops the process under `abort`). `nil`: no report, also if
   /// nobody waits any more.
-  mutating func record(_ finding: Finding, of look: Look) -> Bool? {
+  func record(_ finding: Finding, of look: Look) -> Bool? {
     let key = ObjectIdentifier(look.subject)
     guard var watch = watched[key] else { return nil }
     defer { watched[key] = watch }

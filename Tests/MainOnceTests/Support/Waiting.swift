@@ -24,7 +24,7 @@ func eventually(
 /// `AsyncMainLazy` build whose label (as reports print it) `matches`: the callers its stall
 /// report would list, counted by the cell under its own lock.
 func callersWaiting(where matches: (String) -> Bool) -> Int {
-  let subjects = Detector.state.withLock { state in state.watched.values.map(\.subject) }
+  let subjects = Detector.state.withLock { $0.subjectsToWatch() }
   return subjects.filter { matches("\($0.label)") }
     .compactMap { $0.stallSnapshot()?.callers.count }.reduce(0, +)
 }
