@@ -201,6 +201,16 @@ int32_t mainonce_main_queue_handle(void) {
 #endif
 }
 
+// The main queue is the object libdispatch exports as _dispatch_main_q, on every platform.
+struct dispatch_queue_s;
+extern struct dispatch_queue_s _dispatch_main_q;
+extern void dispatch_async_f(struct dispatch_queue_s *queue, void *_Nullable context,
+                             void (*work)(void *_Nullable));
+
+void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context)) {
+  dispatch_async_f(&_dispatch_main_q, context, work);
+}
+
 void mainonce_main_queue_drain(void) {
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
   _dispatch_main_queue_callback_4CF(NULL);

@@ -95,14 +95,16 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     let cell = OnceCell(
       word: _storage.address,
       label: .lazy(valueType: TypeName(Value.self), declaration: declaration))
-    try MainQueueEngine.run(cell, site: site) { [build] () throws(Failure) -> UInt in
-      try MainActor.runIsolated { () throws(Failure) -> UInt in
-        let value = try build()
-        // Aligned to at least 2, so that the address is even: a done word (see OnceCell.swift).
-        let built = UnsafeMutableRawPointer.allocate(
-          byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
-        built.initializeMemory(as: Value.self, to: value)
-        return UInt(bitPattern: built)
+    try MainQueueEngine.run(cell, site: site, throwing: Failure.self) { [build] in
+      MainQueueEngine.erase { () throws(Failure) -> UInt in
+        try MainActor.runIsolated { () throws(Failure) -> UInt in
+          let value = try build()
+          // Aligned to at least 2, so that the address is even: a done word (see OnceCell.swift).
+          let built = UnsafeMutableRawPointer.allocate(
+            byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
+          built.initializeMemory(as: Value.self, to: value)
+          return UInt(bitPattern: built)
+        }
       }
     }
   }

@@ -68,7 +68,9 @@ func _onceOnMainAsyncSlowPath(
   // the call gets the cell.
   let cell = token.cell
   if MainContext.isCurrent {
-    return try MainQueueEngine.run(cell, site: site) { try runTokenInitializer(initializer) }
+    return try MainQueueEngine.run(cell, site: site, throwing: (any Error).self) {
+      MainQueueEngine.erase { try runTokenInitializer(initializer) }
+    }
   }
   try await MainQueueEngine.suspend(cell, site: site) {
     MainQueueEngine.erase { try runTokenInitializer(initializer) }

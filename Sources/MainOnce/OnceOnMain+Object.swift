@@ -61,9 +61,10 @@ public func onceOnMain<Failure: Error>(
     objectType: cell.objectType, site: cell.site, operation: "onceOnMain(for:)")
   // `cell` is a class instance this call holds: its word stays in place until it returns.
   try withExtendedLifetime(cell) { () throws(Failure) in
-    try MainQueueEngine.run(OnceCell(word: cell.word.address, label: label), site: site) {
-      () throws(Failure) -> UInt in
-      try runTokenInitializer(initializer)
+    try MainQueueEngine.run(
+      OnceCell(word: cell.word.address, label: label), site: site, throwing: Failure.self
+    ) {
+      MainQueueEngine.erase { () throws(Failure) in try runTokenInitializer(initializer) }
     }
   }
 }

@@ -83,8 +83,8 @@ func _onceOnMainSlowPath<Failure: Error>(
   _ site: CallSite,
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) {
-  try MainQueueEngine.run(token.cell, site: site) { () throws(Failure) -> UInt in
-    try runTokenInitializer(initializer)
+  try MainQueueEngine.run(token.cell, site: site, throwing: Failure.self) {
+    MainQueueEngine.erase { () throws(Failure) in try runTokenInitializer(initializer) }
   }
 }
 

@@ -54,6 +54,9 @@ const void *_Nullable mainonce_current_queue(void);
 /// main thread.
 int32_t mainonce_main_queue_handle(void);
 
+/// Submits `work(context)` to the main queue: dispatch_async_f, with no block to copy.
+void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context));
+
 /// Runs the main queue's pending work on the calling thread, as CoreFoundation's run loop
 /// does. Legal only on the main thread while the main queue is bound to it.
 void mainonce_main_queue_drain(void);

@@ -1,4 +1,4 @@
-internal import Dispatch
+internal import CMainOnceShims
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
 /// waits, and how the end reaches every caller, moving a cell through the states listed at the
@@ -10,14 +10,14 @@ internal import Dispatch
 /// queue) and `Internal/ThreadRecord.swift` (where a thread parks). The deadlock detector is
 /// reached only through `DeadlockHooks`.
 ///
-/// A caller asks the cell for its phase under ``OnceCell/lock``; unless it is done, the caller
-/// queues its attempt and takes one of two roles. **Drive**, in main context: run the queued
-/// attempts in arrival order until one succeeds or none is left (a hop from main context would
-/// trap in libdispatch). **Wait**, anywhere else: park, suspend, or keep a completion handler,
-/// after sending a hop (`DispatchQueue.main.async`, which drives the flight) if nobody runs the
-/// flight and none is on its way. Whoever finishes the flight resolves every caller under the
-/// lock, then wakes them. A hop is never `main.sync`: nobody is stuck inside one, so a flight
-/// finished some other way still releases every caller, and a late hop finds nothing to do.
+/// A caller asks the cell for its phase under ``OnceCell/lock``; unless it is done, it queues its
+/// attempt and takes one of two roles. **Drive**, in main context: run the queued attempts in
+/// arrival order until one succeeds or none is left (a hop from main context would trap in
+/// libdispatch). **Wait**, elsewhere: park, suspend, or keep a completion handler, after sending a
+/// hop (an async block on the main queue, which drives the flight) unless someone runs it or a hop
+/// is on its way. Whoever finishes the flight resolves every caller under the lock, then wakes
+/// them. A hop is never `main.sync`: nobody is stuck inside one, so a flight finished some other
+/// way still releases every caller, and a late hop finds nothing to do.
 enum MainQueueEngine {
   // MARK: - Blocking callers
 
@@ -28,21 +28,21 @@ enum MainQueueEngine {
     case reentrant(Runner)
   }
 
-  /// Runs `body` for `cell` unless it is done, and returns once it is done or `body` has thrown.
-  /// Blocks outside main context.
+  /// Runs `attempt` for `cell` unless it is done, and returns once it is done or `attempt` has
+  /// failed with its error, a `Failure`. Blocks outside main context.
   static func run<Failure: Error>(
-    _ cell: OnceCell, site: CallSite, _ body: () throws(Failure) -> UInt
+    _ cell: OnceCell, site: CallSite, throwing: Failure.Type, _ attempt: Attempt
   ) throws(Failure) {
     let thread = ThreadRecord.current
     let drives = MainContext.isCurrent(on: thread)
     // The attempt is queued only while this call waits for it, and every reference to it is
     // dropped when this caller is resolved (`Wakes.resolve`), before it returns:
-    // `withoutActuallyEscaping` checks exactly that.
-    let resolution = withoutActuallyEscaping(body) { body -> Resolution in
+    // `withoutActuallyEscaping` checks exactly that. Stored as it is, it costs no allocation.
+    let resolution = withoutActuallyEscaping(attempt) { attempt -> Resolution in
       let parking = thread.takeParking()
       defer { thread.returnParking(parking) }
       let waiter = Waiter(
-        site: site, kind: drives ? .inPlace : .thread(parking, thread.id), attempt: { erase(body) },
+        site: site, kind: drives ? .inPlace : .thread(parking, thread.id), attempt: attempt,
         storage: cell.word)
       let step = OnceCell.lock.withLock { () -> Step in
         guard case .inFlight(let flight) = cell.phase() else { return .done }
@@ -140,10 +140,14 @@ enum MainQueueEngine {
   // MARK: - Running the queue in main context
 
   /// Sends the hop claimed with ``Flight/claimHop()``, after the lock is released (a worker
-  /// that picks it up at once must not find the lock held).
+  /// that picks it up at once must not find the lock held): `dispatch_async_f` with the flight
+  /// as its context, so that no block is allocated and copied on a first call's path.
   private static func sendHop(for flight: Flight) {
     Instrumentation.noteHop()
-    DispatchQueue.main.async { driveUnlessDriven(flight, on: .current, isHop: true) }
+    mainonce_main_queue_async(Unmanaged.passRetained(flight).toOpaque()) { context in
+      let flight = Unmanaged<Flight>.fromOpaque(context!).takeRetainedValue()
+      MainQueueEngine.driveUnlessDriven(flight, on: .current, isHop: true)
+    }
   }
 
   /// Drives `flight` here, in main context, unless it has finished or is driven already: the

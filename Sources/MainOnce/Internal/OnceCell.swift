@@ -38,10 +38,9 @@ public import Synchronization
 // path's load is acquiring. So everything an initializer wrote happens before every return of a
 // caller that saw the cell done. Flight fields are read and written only under the lock.
 //
-// Why "finished" exists: a flight never keeps the storage's address, because a hop or a
-// completion-form caller may outlive the token. Only a caller that borrows the storage right
-// then writes the word: the caller of `phase()`, or a waiting blocking or `await` caller, whose
-// borrow lasts until it is resolved (after the publication).
+// Why "finished" exists: a flight never keeps the storage's address (a hop or a completion
+// handler may outlive the token). Only a caller that borrows the storage writes the word: the
+// caller of `phase()`, or a waiting blocking or `await` caller, borrowing until it is resolved.
 
 /// The storage word of a once-cell (see the table at the top of this file).
 ///
@@ -152,21 +151,18 @@ final class Flight: @unchecked Sendable {
   // also makes their accesses exclusive, so they skip the dynamic check.
 
   let label: CellLabel
-
   /// The value of the attempt that succeeded, once one has: then it runs nothing again.
   @exclusivity(unchecked) var outcome: UInt?
   /// The thread in main context that runs the queued attempts, one after another.
   @exclusivity(unchecked) var runner: Runner?
   /// Callers waiting, in arrival order, each with its own attempt.
-  @exclusivity(unchecked) var queue: [Waiter] = []
+  @exclusivity(unchecked) var queue = WaiterQueue()
   @exclusivity(unchecked) var hopIsOnItsWay = false
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
 
-  init(label: CellLabel) {
-    self.label = label
-  }
+  init(label: CellLabel) { self.label = label }
 
   /// Queues `waiter` behind the callers already waiting.
   func enqueue(_ waiter: Waiter) {
@@ -202,7 +198,7 @@ final class Flight: @unchecked Sendable {
   /// borrower waits, and every caller is resolved as done; on failure the error goes to `owner`
   /// alone, and the runner goes on with the queue.
   func finish(_ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes) {
-    dequeue(owner)
+    queue.remove(owner)
     switch result {
     case .success(let value):
       let storage = owner.storage ?? queue.lazy.compactMap(\.storage).first
@@ -225,13 +221,9 @@ final class Flight: @unchecked Sendable {
   /// has started or it is resolved already.
   func withdraw(_ waiter: Waiter, into wakes: inout Wakes) {
     guard waiter.resolution == nil, !waiter.isRunning else { return }
-    dequeue(waiter)
+    queue.remove(waiter)
     wakes.resolve(waiter, .cancelled)
     checkInvariant()
-  }
-
-  private func dequeue(_ waiter: Waiter) {
-    if let index = queue.firstIndex(where: { $0 === waiter }) { queue.remove(at: index) }
   }
 
   /// Stops the process if a flight with queued callers has neither a runner nor a hop on its
@@ -239,7 +231,7 @@ final class Flight: @unchecked Sendable {
   func checkInvariant() {
     guard outcome != nil || queue.isEmpty || runner != nil || hopIsOnItsWay else {
       Diagnostics.internalInconsistency(
-        "\(queue.count) callers wait for \(label), which nobody runs and no hop will reach")
+        "callers wait for \(label), which nobody runs and no hop will reach")
     }
   }
 
@@ -311,6 +303,8 @@ final class Waiter: @unchecked Sendable {
   /// Set when a task's caller is cancelled before it has queued: it never will.
   @exclusivity(unchecked) var isWithdrawn = false
   @exclusivity(unchecked) var flight: Flight?
+  /// The caller queued behind this one (see ``WaiterQueue``).
+  @exclusivity(unchecked) var next: Waiter?
   @exclusivity(unchecked) var resolution: Resolution?
   /// Whether ``resolution`` is set, for the deadlock detector, which reads it without the lock.
   let isResolved = Atomic(false)
@@ -323,9 +317,11 @@ final class Waiter: @unchecked Sendable {
   }
 }
 
-/// Resolutions decided under the lock, delivered once it is released.
+/// Resolutions decided under the lock, delivered once it is released. The first waiter to wake
+/// is kept inline (a first call wakes one), the others in an array.
 struct Wakes {
-  private var woken: [Waiter] = []
+  private var first: Waiter?
+  private var others: [Waiter] = []
 
   /// Resolves `waiter`. Under the lock: from here on nothing runs its attempt, and a
   /// completion handler is submitted right away, in order.
@@ -339,18 +335,21 @@ struct Wakes {
     switch waiter.kind {
     case .handler(let submit): submit(resolution)
     case .inPlace: break
-    case .thread, .task: woken.append(waiter)
+    case .thread, .task:
+      if first == nil { first = waiter } else { others.append(waiter) }
     }
   }
 
   /// Wakes the parked threads and resumes the tasks. After the lock is released.
   func deliver() {
-    for waiter in woken {
+    func wake(_ waiter: Waiter) {
       switch waiter.kind {
       case .thread(let parking, _): parking.signal()
       case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
       case .handler, .inPlace: break
       }
     }
+    if let first { wake(first) }
+    others.forEach(wake)
   }
 }

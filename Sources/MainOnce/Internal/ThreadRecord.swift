@@ -60,11 +60,9 @@ final class ThreadRecord: @unchecked Sendable {
   private static func makeCurrent() -> ThreadRecord {
     let record = ThreadRecord()
     let retained = Unmanaged.passRetained(record).toOpaque()
-    let status = pthread_setspecific(key, retained)
     // Without the record in place, every call would make a new one and lose its depth.
-    guard status == 0 else {
-      Diagnostics.internalInconsistency("pthread_setspecific failed with \(status)")
-    }
+    let status = pthread_setspecific(key, retained)
+    if status != 0 { Diagnostics.internalInconsistency("pthread_setspecific failed: \(status)") }
     mainonce_set_thread_record(retained, record.objectCells.slotsAddress)
     return record
   }
@@ -89,7 +87,6 @@ final class ThreadRecord: @unchecked Sendable {
 /// ``ThreadRecord/takeParking()``): every use is one `signal` and one `wait`.
 final class Parking: Sendable {
   private let semaphore = DispatchSemaphore(value: 0)
-
   func signal() { semaphore.signal() }
   func wait() { semaphore.wait() }
 }
