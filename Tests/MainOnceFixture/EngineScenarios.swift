@@ -103,22 +103,17 @@ enum EngineScenario: String, CaseIterable {
 
 /// A short-lived owner of a token, as in `final class Thing { let token = MainOnceToken() }`.
 ///
-/// Padded to an allocation size little else in the process uses, so that freeing one owner and
-/// allocating the next on the same thread returns the same address.
+/// Padded to an allocation size that none of MainOnce's own objects (cells, flights, waiters,
+/// records, all smaller) shares, so that freeing one owner and allocating the next on the same
+/// thread returns the same address, not memory that MainOnce's bookkeeping took in between.
 final class TokenOwner: Sendable {
   let token = MainOnceToken("short-lived owner")
-  let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
-    (0, 0, 0, 0, 0, 0, 0, 0)
-  let morePadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
-    (0, 0, 0, 0, 0, 0, 0, 0)
+  let padding = SIMD32<UInt64>()
 }
 
-/// An object for `onceOnMain(for:)`, padded like ``TokenOwner``.
+/// An object whose identity scopes per-object calls; padded as ``TokenOwner`` is.
 final class Widget: Sendable {
-  let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
-    (0, 0, 0, 0, 0, 0, 0, 0)
-  let morePadding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
-    (0, 0, 0, 0, 0, 0, 0)
+  let padding = SIMD64<UInt64>()
 }
 
 func address(of object: AnyObject) -> UInt {
