@@ -217,6 +217,48 @@ void mainonce_main_queue_drain(void) {
 #endif
 }
 
+// Swift's reference counts, as the runtime lays them out on 64-bit platforms without
+// Objective-C interoperation (stdlib/public/SwiftShims/swift/shims/RefCount.h): the word after
+// an object's metadata pointer holds, once the object has a side table, the side table's
+// address shifted right by 3, with the two top bits set; the side table holds the object's
+// address, then (at offset 16: they are a 12-byte atomic, aligned to 16) its reference-count
+// bits, whose bit 32 says that the object is deinitializing.
+// MainOnce verifies this at first use (ObjectLifetimes) and reads nothing if it does not hold.
+#if defined(__linux__) && defined(__LP64__)
+uintptr_t mainonce_side_table(const void *object) {
+  uint64_t bits = __atomic_load_n((const uint64_t *)((const char *)object + 8), __ATOMIC_ACQUIRE);
+  const uint64_t marks = (UINT64_C(1) << 63) | (UINT64_C(1) << 62);
+  if ((bits & marks) != marks) return 0;
+  return (uintptr_t)((bits & ((UINT64_C(1) << 62) - 1)) << 3);
+}
+
+const void *mainonce_side_table_object(uintptr_t side_table) {
+  return __atomic_load_n((const void *const *)side_table, __ATOMIC_ACQUIRE);
+}
+
+bool mainonce_is_live_with_side_table(const void *object, uintptr_t side_table) {
+  if (mainonce_side_table(object) != side_table) return false;
+  uint64_t bits = __atomic_load_n((const uint64_t *)(side_table + 16), __ATOMIC_ACQUIRE);
+  return (bits & (UINT64_C(1) << 32)) == 0;
+}
+#else
+uintptr_t mainonce_side_table(const void *object) {
+  (void)object;
+  return 0;
+}
+
+const void *mainonce_side_table_object(uintptr_t side_table) {
+  (void)side_table;
+  return NULL;
+}
+
+bool mainonce_is_live_with_side_table(const void *object, uintptr_t side_table) {
+  (void)object;
+  (void)side_table;
+  return false;
+}
+#endif
+
 // CoreFoundation, referenced weakly: these resolve where the program links CoreFoundation
 // (Foundation's shared library, or its static archive in a static build) and are NULL
 // otherwise. They are declared only here, so Swift never sees them through this module.

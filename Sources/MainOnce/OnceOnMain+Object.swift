@@ -54,11 +54,11 @@ public func onceOnMain<Failure: Error>(
   let site = CallSite(file: file, line: line, column: column)
   if ObjectCells.isDone(object, at: site) { return }
   let cell = ObjectCells.cell(for: object, at: site, operation: "onceOnMain(for:)") {
-    MainQueueObjectCell(object: $0, site: $1)
+    MainQueueObjectCell(object: $0, key: $1)
   }
   if cell.word.isPublished { return }
   let label = CellLabel.object(
-    objectType: cell.objectType, site: cell.site, operation: "onceOnMain(for:)")
+    objectType: TypeName(type(of: object)), site: cell.site, operation: "onceOnMain(for:)")
   // `cell` is a class instance this call holds: its word stays in place until it returns.
   try withExtendedLifetime(cell) { () throws(Failure) in
     try MainQueueEngine.run(
@@ -107,7 +107,7 @@ public func runOnce<Failure: Error>(
   let site = CallSite(file: file, line: line, column: column)
   if ObjectCells.isDone(object, at: site) { return }
   let cell = ObjectCells.cell(for: object, at: site, operation: "runOnce(for:)") {
-    RunOnceCell(object: $0, site: $1)
+    RunOnceCell(object: $0, key: $1)
   }
-  try cell.run(site: site, body)
+  try cell.run(for: object, site: site, body)
 }

@@ -197,7 +197,7 @@ func waitingCallers(labelContaining text: String) -> Int {
     return OnceCell.lock.withLock { flight.queue.filter { !$0.isRunning }.count }
   }
   if let cell = subject as? RunOnceCell {
-    return RunOnceCell.lock.withLock { cell.waiting.count }
+    return RunOnceCell.lock.withLock { cell.current?.waiting.count ?? 0 }
   }
   return 0
 }

@@ -197,7 +197,28 @@ struct PerObjectTests {
       let object = Plain()
       withExtendedLifetime(object) { runOnce(for: object) {} }
     }
-    let entries = ObjectCells.table.withLock { $0.cells.count }
-    #expect(entries < 300, "\(entries) entries for 10 000 freed objects")
+    let stale = ObjectCells.table.withLock { $0.staleCount }
+    #expect(stale < 300, "\(stale) stale entries after 10 000 freed objects")
+  }
+}
+
+extension PerObjectTests {
+  @Test("in this process an object's lifetime is read from its side table, without a weak load")
+  func lifetimesAreReadable() {
+    #expect(ObjectLifetimes.areReadable)
+  }
+}
+
+extension PerObjectTests {
+  @Test("thousands of live objects keep their call sites done while the table grows and sweeps")
+  func manyLiveObjects() {
+    let objects = (0..<5_000).map { _ in Plain() }
+    var runs = 0
+    for round in 0..<3 {
+      for object in objects { runOnce(for: object) { runs += 1 } }
+      // Freed objects between rounds make the table sweep while the live ones stay.
+      for _ in 0..<2_000 { withExtendedLifetime(Plain()) { runOnce(for: $0) {} } }
+      #expect(runs == objects.count, "round \(round): \(runs) runs for \(objects.count) objects")
+    }
   }
 }

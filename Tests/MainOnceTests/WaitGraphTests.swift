@@ -132,7 +132,8 @@ extension WaitGraphTests {
     var generator = SystemRandomNumberGenerator()
     for step in 0..<20_000 {
       // Ids that collide in a small table, and a few far apart.
-      let id = ThreadID(rawValue: Int32.random(in: 1...200, using: &generator) * Int32(step % 7 + 1))
+      let id = ThreadID(
+        rawValue: Int32.random(in: 1...200, using: &generator) * Int32(step % 7 + 1))
       if Bool.random(using: &generator) {
         let box = Box()
         #expect(table.updateValue(box, forKey: id) === model.updateValue(box, forKey: id))

@@ -61,6 +61,19 @@ void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable conte
 /// does. Legal only on the main thread while the main queue is bound to it.
 void mainonce_main_queue_drain(void);
 
+/// The side table of a Swift object that has one (a weak reference to it was formed), read
+/// from the object's reference-count word; 0 if it has none, or where MainOnce does not know
+/// the layout. `object` must be alive.
+uintptr_t mainonce_side_table(const void *object);
+
+/// The object a side table belongs to, as the side table records it.
+const void *_Nullable mainonce_side_table_object(uintptr_t side_table);
+
+/// Whether `object` is the object whose side table is `side_table`, and is not being
+/// deinitialized: plain loads of two words, no reference-count write. `object` must be alive
+/// (the caller holds it) and `side_table` kept alive (by a weak reference).
+bool mainonce_is_live_with_side_table(const void *object, uintptr_t side_table);
+
 /// Whether CoreFoundation is linked into the program and the main thread's run loop is
 /// running in some mode right now. CoreFoundation is referenced weakly: MainOnce does not make
 /// a program link Foundation.

@@ -42,10 +42,11 @@ extension RunOnceCell: WaitSubject {
   var isWatchedForStalls: Bool { false }
 
   func obstacle() -> Obstacle {
-    Self.lock.withLock { runner.map { .runner($0.thread, since: $0.since) } ?? .nothing }
+    Self.lock.withLock { current.map { .runner($0.runner, since: $0.since) } ?? .nothing }
   }
 
-  var epochNow: UInt { epoch.load(ordering: .acquiring) }
+  /// A run's epoch while one is in progress; a fresh or done cell has no runner to change.
+  var epochNow: UInt { Self.lock.withLock { current?.epoch.load(ordering: .acquiring) ?? .max } }
 
   func stallSnapshot() -> StallSnapshot? { nil }
 }

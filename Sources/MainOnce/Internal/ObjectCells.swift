@@ -5,21 +5,26 @@ internal import CMainOnceShims
 /// It holds its object weakly, so MainOnce never keeps an object alive, and a cell whose object
 /// is gone is stale: a new object that reuses the address finds the weak reference empty and
 /// gets a fresh cell, so its call sites run again. Its word is even once the call site is done
-/// for the object (see `OnceCell.swift`).
+/// for the object (see `OnceCell.swift`). It carries its own key, so that the table of cells
+/// holds one reference per cell and nothing else.
 class ObjectCell: @unchecked Sendable {
   // This is safe because `object` is set once, here, and only read afterwards (weak loads are
-  // safe against each other and against the object's deinitialization); `site` and
-  // `objectType` never change, and `word` is an atomic.
+  // safe against each other and against the object's deinitialization); the key never changes,
+  // and `word` is an atomic.
   weak var object: AnyObject?
-  let site: DeclarationSite
-  let objectType: TypeName
+  let key: ObjectCells.Key
   let word = _OnceWord()
+  /// The side table of the object, which the weak reference keeps allocated: how the fast path
+  /// tells the object's lifetime without a weak load (see ``ObjectLifetimes``); 0 if it cannot.
+  let sideTable: UInt
 
-  init(object: AnyObject, site: DeclarationSite) {
+  init(object: AnyObject, key: ObjectCells.Key) {
     self.object = object
-    self.site = site
-    objectType = TypeName(type(of: object))
+    self.key = key
+    sideTable = ObjectLifetimes.sideTable(of: object)
   }
+
+  var site: DeclarationSite { key.site }
 }
 
 /// The storage of one object's `onceOnMain(for:)` call site: a class, so that a caller holds it
@@ -46,21 +51,55 @@ enum ObjectCells {
 
     /// The slot of a thread's cache: mixes the address with the line and column, without
     /// hashing the file name.
-    var cacheIndex: Int {
+    var cacheIndex: Int { tableIndex(in: ObjectCellCache.capacity) }
+
+    /// A slot in a table of `capacity` slots, a power of two.
+    func tableIndex(in capacity: Int) -> Int {
       let address = UInt(bitPattern: object)
       let mixed = (address >> 4) ^ (address >> 12) ^ UInt(site.line) &* 31 ^ UInt(site.column)
-      return Int(mixed & UInt(ObjectCellCache.capacity - 1))
+      return Int(mixed & UInt(capacity - 1))
     }
   }
 
+  /// The cells, by key: open addressing, one reference a slot, at most three quarters full.
+  /// Cells whose object is gone are swept out when the table grows. Only a thread's cache miss
+  /// looks here, so the table is kept small rather than its probes short.
   struct Table {
-    var cells: [Key: ObjectCell] = [:]
-    var sweepAt = 64
+    private var slots = [ObjectCell?](repeating: nil, count: 64)
+    private(set) var count = 0
 
-    mutating func sweepIfLarge() {
-      guard cells.count >= sweepAt else { return }
-      cells = cells.filter { $0.value.object != nil }
-      sweepAt = max(64, cells.count * 2)
+    /// How many cells are stale: their object is gone.
+    var staleCount: Int { slots.reduce(0) { $0 + ($1 != nil && $1!.object == nil ? 1 : 0) } }
+
+    /// The cell for `key` whose object is `object`.
+    func cell(for key: Key, of object: AnyObject) -> ObjectCell? {
+      var index = key.tableIndex(in: slots.count)
+      while let cell = slots[index] {
+        if cell.key == key, cell.object === object { return cell }
+        index = (index + 1) & (slots.count - 1)
+      }
+      return nil
+    }
+
+    /// Adds `cell`, in the place of a stale cell of the same key if there is one.
+    mutating func insert(_ cell: ObjectCell) {
+      if (count + 1) * 4 > slots.count * 3 { rebuild() }
+      var index = cell.key.tableIndex(in: slots.count)
+      while let existing = slots[index], existing.key != cell.key {
+        index = (index + 1) & (slots.count - 1)
+      }
+      if slots[index] == nil { count += 1 }
+      slots[index] = cell
+    }
+
+    /// Keeps the cells whose object is alive, in a table of twice their number or more.
+    private mutating func rebuild() {
+      let live = slots.compactMap { $0 }.filter { $0.object != nil }
+      var capacity = 64
+      while capacity < live.count * 2 { capacity *= 2 }
+      slots = [ObjectCell?](repeating: nil, count: capacity)
+      count = 0
+      for cell in live { insert(cell) }
     }
   }
 
@@ -74,15 +113,20 @@ enum ObjectCells {
     let key = Key(object, site)
     let slot = slots.assumingMemoryBound(to: ObjectCellCache.Slot.self) + key.cacheIndex
     guard slot.pointee.key == key, let cell = slot.pointee.cell else { return false }
-    // The cache holds the cell. The weak load proves the object alive and not in its deinit:
-    // a weak reference to an object being deinitialized reads nil.
-    return cell._withUnsafeGuaranteedRef { $0.word.isPublished && $0.object === object }
+    // The cache holds the cell, and so its side table. Either check proves the object the
+    // cell's, alive and not in its deinit (a weak reference to an object being deinitialized
+    // reads nil): the side table's, with two plain loads, or a weak load.
+    return cell._withUnsafeGuaranteedRef { cell in
+      guard cell.word.isPublished else { return false }
+      guard cell.sideTable != 0 else { return cell.object === object }
+      return ObjectLifetimes.isLive(object, withSideTable: cell.sideTable)
+    }
   }
 
   /// The cell of `site` in the current lifetime of `object`, made with `make` the first time.
   static func cell<Cell: ObjectCell>(
     for object: AnyObject, at site: CallSite, operation: StaticString,
-    make: (AnyObject, DeclarationSite) -> Cell
+    make: (AnyObject, Key) -> Cell
   ) -> Cell {
     // An object in its `deinit` cannot be told from a new object at a reused address: a weak
     // reference to it reads `nil` in both cases. A call from there stops the process instead of
@@ -99,10 +143,9 @@ enum ObjectCells {
     }
     let key = Key(object, site)
     let cell = table.withLock { table -> ObjectCell in
-      if let existing = table.cells[key], existing.object === object { return existing }
-      table.sweepIfLarge()
-      let cell = make(object, key.site)
-      table.cells[key] = cell
+      if let existing = table.cell(for: key, of: object) { return existing }
+      let cell = make(object, key)
+      table.insert(cell)
       return cell
     }
     guard let cell = cell as? Cell else {

@@ -7,18 +7,20 @@ internal import Synchronization
 /// and later callers park until it returns. If the body throws, the turn goes to the first
 /// caller that waits, which runs its own body. States, under ``lock``:
 ///
-/// | State    | `word` | `runner`    | Left by                                           |
-/// | -------- | ------ | ----------- | ------------------------------------------------- |
-/// | fresh    | 1      | nil         | a caller becomes the runner                       |
-/// | running  | 1      | the thread  | success: done; failure: the first waiter runs, or |
-/// |          |        |             | fresh if nobody waits                             |
-/// | done     | 0      | nil         | never                                             |
+/// | State    | `word` | `current`                    | Left by                                 |
+/// | -------- | ------ | ---------------------------- | --------------------------------------- |
+/// | fresh    | 1      | nil                          | a caller starts a run                   |
+/// | running  | 1      | a run: its runner, waiting   | success: done; failure: the first       |
+/// |          |        | callers                      | waiter runs, or fresh if nobody waits   |
+/// | done     | 0      | nil                          | never                                   |
 ///
 /// The word is stored with a releasing store after the body returned, and read with an
-/// acquiring load: the body's writes happen before every return.
+/// acquiring load: the body's writes happen before every return. The run is an object of its
+/// own, dropped once done, so that a done call site keeps nothing but the cell.
 final class RunOnceCell: ObjectCell, @unchecked Sendable {
-  // This is safe because `runner` and `waiting` are only read and written under `lock`, and
-  // a waiter's `turn` is written under the lock before it is signalled and read after it wakes.
+  // This is safe because `current` and everything in a run are only read and written under
+  // `lock`, and a waiter's `turn` is written under the lock before it is signalled and read
+  // after it wakes.
 
   /// A caller waiting for the runner, and what it is told.
   final class Waiter: Sendable {
@@ -41,52 +43,73 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     }
   }
 
-  /// The thread running a body, and since when.
-  struct Runner {
-    let thread: ThreadID
-    let since = Platform.monotonicNanoseconds()
+  /// A run in progress: the thread running a body, since when, and the callers waiting.
+  final class Run {
+    var runner: ThreadID
+    var since = Platform.monotonicNanoseconds()
+    var waiting: [Waiter] = []
+    /// Bumped whenever the runner changes, for the deadlock detector.
+    let epoch = Atomic<UInt>(0)
+    let objectType: TypeName
+
+    init(runner: ThreadID, objectType: TypeName) {
+      self.runner = runner
+      self.objectType = objectType
+    }
+
+    func hand(to thread: ThreadID) {
+      runner = thread
+      since = Platform.monotonicNanoseconds()
+      epoch.add(1, ordering: .releasing)
+    }
   }
 
   /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time.
   static let lock = Lock()
 
-  private(set) var runner: Runner?
-  private(set) var waiting: [Waiter] = []
-  /// Bumped whenever the runner changes, for the deadlock detector.
-  let epoch = Atomic<UInt>(0)
+  /// The run in progress, if any.
+  private(set) var current: Run?
 
-  var label: CellLabel { .object(objectType: objectType, site: site, operation: "runOnce(for:)") }
+  var label: CellLabel {
+    .object(
+      objectType: current?.objectType ?? TypeName(AnyObject.self), site: site,
+      operation: "runOnce(for:)")
+  }
 
   private enum Step {
     case done
     case run
     case park(Waiter)
-    case reentrant
+    case reentrant(TypeName)
   }
 
   /// Runs `body` unless the call site is done or running elsewhere; waits for the runner then.
-  func run<Failure: Error>(site: CallSite, _ body: () throws(Failure) -> Void) throws(Failure) {
+  func run<Failure: Error>(
+    for object: AnyObject, site: CallSite, _ body: () throws(Failure) -> Void
+  ) throws(Failure) {
     if word.isPublished { return }
     let thread = ThreadRecord.current
     let parking = thread.takeParking()
     defer { thread.returnParking(parking) }
     var step = Self.lock.withLock { () -> Step in
       if word.isPublished { return .done }
-      if let runner {
-        if runner.thread == thread.id { return .reentrant }
-        let waiter = Waiter(thread: thread.id, site: site, parking: parking)
-        waiting.append(waiter)
-        return .park(waiter)
+      guard let current else {
+        current = Run(runner: thread.id, objectType: TypeName(type(of: object)))
+        return .run
       }
-      startRunning(on: thread.id)
-      return .run
+      if current.runner == thread.id { return .reentrant(current.objectType) }
+      let waiter = Waiter(thread: thread.id, site: site, parking: parking)
+      current.waiting.append(waiter)
+      return .park(waiter)
     }
     while true {
       switch step {
       case .done:
         return
-      case .reentrant:
-        Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
+      case .reentrant(let objectType):
+        Diagnostics.reentrance(
+          .object(objectType: objectType, site: self.site, operation: "runOnce(for:)"),
+          firstCall: self.site, secondCall: site)
       case .park(let waiter):
         let wait = DeadlockHooks.willBlock(thread, until: waiter, in: self)
         parking.wait()
@@ -98,13 +121,12 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
           try body()
         } catch {
           let next = Self.lock.withLock { () -> Waiter? in
-            guard !waiting.isEmpty else {
-              runner = nil
-              epoch.add(1, ordering: .releasing)
+            guard let run = current, !run.waiting.isEmpty else {
+              current = nil
               return nil
             }
-            let next = waiting.removeFirst()
-            startRunning(on: next.thread)
+            let next = run.waiting.removeFirst()
+            run.hand(to: next.thread)
             return resolve(next, .yours)
           }
           next?.parking.signal()
@@ -113,21 +135,14 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         }
         let woken = Self.lock.withLock { () -> [Waiter] in
           word.word.store(0, ordering: .releasing)
-          runner = nil
-          epoch.add(1, ordering: .releasing)
-          defer { waiting.removeAll() }
-          return waiting.map { resolve($0, .done) }
+          defer { current = nil }
+          return current?.waiting.map { resolve($0, .done) } ?? []
         }
         for waiter in woken { waiter.parking.signal() }
         DeadlockHooks.callersLeft(self)
         return
       }
     }
-  }
-
-  private func startRunning(on thread: ThreadID) {
-    runner = Runner(thread: thread)
-    epoch.add(1, ordering: .releasing)
   }
 
   private func resolve(_ waiter: Waiter, _ turn: Waiter.Turn) -> Waiter {
