@@ -13,7 +13,7 @@ struct TrackedWaitTests {
     let outcome = await onThread { () -> (Int, Bool) in
       let value = withTrackedWait(for: .work("nothing")) { 42 }
       let me = ThreadRecord.current.id
-      return (value, Detector.state.withLock { $0.waits[me] != nil })
+      return (value, Detector.state.withLock { $0.activeWait(of: me) != nil })
     }
     #expect(outcome?.0 == 42)
     #expect(outcome?.1 == false)

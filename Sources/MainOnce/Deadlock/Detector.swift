@@ -56,7 +56,8 @@ enum Detector {
   static func begin(_ wait: RecordedWait, recheck: (() -> Bool)? = nil) {
     let checksCycles = DeadlockDetection.cycleResponse != .off
     let (candidate, startWatchdog) = state.withLock { state -> ([CycleEdge]?, Bool) in
-      wait.previous = state.waits.updateValue(wait, forKey: wait.thread)
+      wait.previous = state.activeWait(of: wait.thread)
+      state.waits[wait.thread] = wait
       let start = DeadlockDetection.stallResponse != .off && state.watchdog.needsStart()
       return (checksCycles ? state.cycle(closedBy: wait) : nil, start)
     }
@@ -66,14 +67,11 @@ enum Detector {
     }
   }
 
-  /// Removes `wait`, putting back the one it was nested in. Its end is marked first, before the
-  /// lock is taken: a wait that has ended is never taken for part of a cycle.
+  /// Ends `wait`: one atomic store, no lock, so that callers woken together do not queue up for
+  /// the detector's lock. From then on the graph skips it (to the wait it was nested in, if
+  /// any); the thread's next wait replaces it, and the watchdog drops what is left.
   static func end(_ wait: RecordedWait) {
     wait.ended.store(true, ordering: .releasing)
-    state.withLock { state in
-      if state.waits[wait.thread] === wait { state.waits[wait.thread] = wait.previous }
-      if !state.rechecks.isEmpty { state.rechecks[ObjectIdentifier(wait)] = nil }
-    }
   }
 
   /// Watches `subject` for stalls.
@@ -161,6 +159,20 @@ enum Detector {
 }
 
 extension DetectorState {
+  /// What `thread` waits for now: its innermost recorded wait that is not over.
+  func activeWait(of thread: ThreadID) -> RecordedWait? {
+    var wait = waits[thread]
+    while let ended = wait, ended.isOver { wait = ended.previous }
+    return wait
+  }
+
+  /// Drops the waits that are over.
+  func forgetEndedWaits() {
+    for (thread, wait) in waits where wait.isOver {
+      waits[thread] = activeWait(of: thread)
+    }
+  }
+
   /// Watches `subject`; `true` if the watchdog thread must be started.
   func watch(_ subject: some WaitSubject) -> Bool {
     guard subject.isWatchedForStalls, DeadlockDetection.stallResponse != .off else { return false }

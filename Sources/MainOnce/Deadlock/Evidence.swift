@@ -83,7 +83,8 @@ enum Evidence {
     guard settled, before == after else { return .unsettled }
     let holds = graph.withLock { state in
       cycle.allSatisfy { edge in
-        state.waits[edge.waiter] === edge.wait && state.stillBlocks(edge.blocker, edge.wait)
+        state.activeWait(of: edge.waiter) === edge.wait
+          && state.stillBlocks(edge.blocker, edge.wait)
       }
     }
     return holds ? .proven(cycle) : .gone

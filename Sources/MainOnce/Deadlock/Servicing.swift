@@ -86,7 +86,7 @@ extension DetectorState {
     while let wait = pending.popLast() {
       var found: Flight?
       forEachBlocker(of: wait) { blocker in
-        guard visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
+        guard visited.insert(blocker.thread).inserted, let next = activeWait(of: blocker.thread),
           next.canBeInCycle
         else { return true }
         if case .subject(let subject, _) = next.object, let flight = subject as? Flight,

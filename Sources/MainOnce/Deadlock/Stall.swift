@@ -304,14 +304,18 @@ extension DetectorState {
       case .thread(let owner): inTheWay = .mainQueue(owner)
       case .nobody: inTheWay = .nobody
       case .unknown:
-        let holder = waits.values.first { $0.holdsMainQueue && !$0.isOver }
+        let holder = waits.keys.lazy.compactMap { self.activeWait(of: $0) }.first {
+          $0.holdsMainQueue
+        }
         inTheWay = holder.map { .recordedHolder($0.thread) } ?? .unknown
       }
     }
     return Look(
       subject: subject, callers: callers, since: since, now: now, timeout: timeout,
       inTheWay: inTheWay,
-      trackedWait: inTheWay.thread.flatMap { waits[$0] }.map { "\($0.waitsFor) in \($0.call)" },
+      trackedWait: inTheWay.thread.flatMap { activeWait(of: $0) }.map {
+        "\($0.waitsFor) in \($0.call)"
+      },
       notes: snapshot.notes,
       site: subject.label.hasCallSites ? oldest?.site : subject.label.attribution)
   }

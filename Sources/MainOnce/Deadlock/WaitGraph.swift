@@ -146,7 +146,7 @@ extension DetectorState {
     let origin = wait.thread
     var mayCycle = false
     forEachBlocker(of: wait) { blocker in
-      mayCycle = blocker.thread == origin || waits[blocker.thread]?.canBeInCycle == true
+      mayCycle = blocker.thread == origin || activeWait(of: blocker.thread)?.canBeInCycle == true
       return !mayCycle
     }
     guard mayCycle else { return nil }
@@ -158,7 +158,8 @@ extension DetectorState {
       forEachBlocker(of: wait) { blocker in
         path.append(CycleEdge(waiter: wait.thread, wait: wait, blocker: blocker))
         if blocker.thread == origin { found = true }
-        if !found, visited.insert(blocker.thread).inserted, let next = waits[blocker.thread],
+        if !found, visited.insert(blocker.thread).inserted,
+          let next = activeWait(of: blocker.thread),
           next.canBeInCycle
         {
           found = follow(next)
@@ -209,8 +210,8 @@ extension DetectorState {
       return
     case .unknown:
       if asker.holdsMainQueue, !body(Blocker(thread: asker.thread, reason: reason)) { return }
-      for (thread, wait) in waits
-      where wait.holdsMainQueue && !wait.isOver && thread != asker.thread {
+      for thread in waits.keys where thread != asker.thread {
+        guard activeWait(of: thread)?.holdsMainQueue == true else { continue }
         if !body(Blocker(thread: thread, reason: reason)) { return }
       }
     }

@@ -103,7 +103,7 @@ enum Watchdog {
       }
       for recheck in due.rechecks {
         let cycle = Detector.state.withLock { state in
-          state.waits[recheck.wait.thread] === recheck.wait
+          state.activeWait(of: recheck.wait.thread) === recheck.wait
             ? state.cycle(closedBy: recheck.wait) : nil
         }
         guard let cycle else {
@@ -160,6 +160,7 @@ extension DetectorState {
     let now = Platform.monotonicNanoseconds()
     let timeout = settings.stallTimeoutNanoseconds
     var due = DueWork()
+    forgetEndedWaits()
     var nextDeadline: UInt64?
     for (subject, snapshot) in snapshots {
       let key = ObjectIdentifier(subject)
