@@ -128,8 +128,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         return build
       }
       guard let build else { return }
-      caller.continuation?.resume(returning: .cancelled)
       DeadlockHooks.callersLeft(build)
+      caller.continuation?.resume(returning: .cancelled)
     }
     switch outcome {
     case .built: return UnsafePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped.pointee
@@ -187,8 +187,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       case .success: .built
       case .failure(let error): .failed(error)
       }
-    for caller in callers { caller.continuation?.resume(returning: outcome) }
     DeadlockHooks.callersLeft(build)
+    for caller in callers { caller.continuation?.resume(returning: outcome) }
   }
 }
 

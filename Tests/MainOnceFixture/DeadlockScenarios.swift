@@ -35,6 +35,9 @@ enum DeadlockScenario: String, CaseIterable {
   case busyMain
   /// The main thread sleeps 1.5 s, then calls `dispatchMain()`.
   case sleepingMain
+  /// As `busyMain`, with eight callers that write a line to standard error the moment they
+  /// return: the watchdog's word that the stall ended must come first.
+  case stallEndedBeforeCallerGoesOn
   /// Main-queue code waits for work that does not need the main queue: no cycle.
   case unrelatedTrackedWait
   /// A `sync` nested in a main-queue block, without queue introspection: the hop can never
@@ -158,6 +161,20 @@ enum DeadlockScenario: String, CaseIterable {
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
         compute(for: .milliseconds(2_500).scaled)
+      }
+    case .stallEndedBeforeCallerGoesOn:
+      DispatchQueue.main.async {
+        let returned = DispatchGroup()
+        for _ in 0..<8 {
+          returned.enter()
+          Thread {
+            onceOnMain(token: DeadlockScenario.Tokens.token) {}
+            FileHandle.standardError.write(Data("CALLER returned\n".utf8))
+            returned.leave()
+          }.start()
+        }
+        compute(for: .milliseconds(2_000).scaled)
+        returned.notify(queue: .main) { verdict(true, "the callers returned") }
       }
     case .sleepingMain:
       Thread { callAndFinish() }.start()

@@ -323,6 +323,16 @@ struct DeadlockTests {
       ))
   }
 
+  @Test("the watchdog says a reported stall ended before any of its callers goes on")
+  func stallEndedBeforeCallersGoOn() async throws {
+    let outcome = try await run("stallEndedBeforeCallerGoesOn")
+    #expect(outcome.verdict == "PASS the callers returned", "\(outcome.standardError)")
+    let text = outcome.standardError
+    let ended = try #require(text.range(of: "finished after"), "no end of stall in \(text)")
+    let returned = try #require(text.range(of: "CALLER returned"), "\(text)")
+    #expect(ended.lowerBound < returned.lowerBound, "\(text)")
+  }
+
   @Test("a main queue that computes, then blocks, is reported again and stopped when stalls abort")
   func busyThenBlocked() async throws {
     let outcome = try await run("busyThenBlocked", ["MAINONCE_DEADLOCK": "abort"])

@@ -114,8 +114,8 @@ enum MainQueueEngine {
         flight.withdraw(waiter, into: &wakes)
         return flight
       }
-      wakes.deliver()
       if let flight { DeadlockHooks.callersLeft(flight) }
+      wakes.deliver()
     }
     switch resolution {
     case .done: return
@@ -183,9 +183,10 @@ enum MainQueueEngine {
         flight.finish(owner, with: result, into: &wakes)
         return flight.startNextAttempt(on: thread.id)
       }
+      // The watchdog's word that the flight ended comes before any caller can go on.
+      if next == nil { DeadlockHooks.callersLeft(flight) }
       wakes.deliver()
     }
-    DeadlockHooks.callersLeft(flight)
   }
 
   /// Runs `owner`'s attempt in main context. The attempt is a local here, so this function's
@@ -200,8 +201,6 @@ enum MainQueueEngine {
     defer { thread.mainContextDepth -= 1 }
     return attempt()
   }
-
-  // MARK: - Typed errors
 
   /// Calls `body`, catching its typed error as `any Error`: a concrete `Result` spares the slow
   /// path a `Result<UInt, Failure>`, whose metadata generic code instantiates at run time.

@@ -129,8 +129,8 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
             run.hand(to: next.thread)
             return resolve(next, .yours)
           }
-          next?.parking.signal()
           DeadlockHooks.callersLeft(self)
+          next?.parking.signal()
           throw error
         }
         let woken = Self.lock.withLock { () -> [Waiter] in
@@ -138,8 +138,8 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
           defer { current = nil }
           return current?.waiting.map { resolve($0, .done) } ?? []
         }
-        for waiter in woken { waiter.parking.signal() }
         DeadlockHooks.callersLeft(self)
+        for waiter in woken { waiter.parking.signal() }
         return
       }
     }
