@@ -112,5 +112,5 @@ public func runOnce<Failure: Error>(
   let cell = ObjectCells.cell(for: object, at: site, operation: "runOnce(for:)") {
     RunOnceCell(object: $0, key: $1)
   }
-  try cell.run(for: object, site: site, body)
+  try cell.run(site: site, body)
 }

@@ -50,11 +50,9 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     var waiting: [Waiter] = []
     /// Bumped whenever the runner changes, for the deadlock detector.
     let epoch = Atomic<UInt>(0)
-    let objectType: TypeName
 
-    init(runner: ThreadID, objectType: TypeName) {
+    init(runner: ThreadID) {
       self.runner = runner
-      self.objectType = objectType
     }
 
     func hand(to thread: ThreadID) {
@@ -69,24 +67,24 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// The run in progress, if any.
   private(set) var current: Run?
+  let objectType: TypeName
 
-  var label: CellLabel {
-    .object(
-      objectType: current?.objectType ?? TypeName(AnyObject.self), site: site,
-      operation: "runOnce(for:)")
+  override init(object: AnyObject, key: ObjectCells.Key) {
+    objectType = TypeName(type(of: object))
+    super.init(object: object, key: key)
   }
+
+  var label: CellLabel { .object(objectType: objectType, site: site, operation: "runOnce(for:)") }
 
   private enum Step {
     case done
     case run
     case park(Waiter)
-    case reentrant(TypeName)
+    case reentrant
   }
 
   /// Runs `body` unless the call site is done or running elsewhere; waits for the runner then.
-  func run<Failure: Error>(
-    for object: AnyObject, site: CallSite, _ body: () throws(Failure) -> Void
-  ) throws(Failure) {
+  func run<Failure: Error>(site: CallSite, _ body: () throws(Failure) -> Void) throws(Failure) {
     if word.isPublished { return }
     let thread = ThreadRecord.current
     let parking = thread.takeParking()
@@ -94,10 +92,10 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     var step = Self.lock.withLock { () -> Step in
       if word.isPublished { return .done }
       guard let current else {
-        current = Run(runner: thread.id, objectType: TypeName(type(of: object)))
+        current = Run(runner: thread.id)
         return .run
       }
-      if current.runner == thread.id { return .reentrant(current.objectType) }
+      if current.runner == thread.id { return .reentrant }
       let waiter = Waiter(thread: thread.id, site: site, parking: parking)
       current.waiting.append(waiter)
       return .park(waiter)
@@ -106,10 +104,8 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       switch step {
       case .done:
         return
-      case .reentrant(let objectType):
-        Diagnostics.reentrance(
-          .object(objectType: objectType, site: self.site, operation: "runOnce(for:)"),
-          firstCall: self.site, secondCall: site)
+      case .reentrant:
+        Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
         let wait = DeadlockHooks.willBlock(thread, until: waiter, in: self)
         parking.wait()
