@@ -163,6 +163,13 @@ private enum SelfAwaitingLazy {
   static func read() async throws -> Int { try await value.value }
 }
 
+/// An `AsyncMainLazy` whose builder waits for a task it started, which awaits the value.
+private enum TaskAwaitingLazy {
+  static let value: AsyncMainLazy<Int> = AsyncMainLazy {
+    try await Task { try await TaskAwaitingLazy.value.value }.value + 1
+  }
+}
+
 /// An object that calls `runOnce(for: self)` from a method that its `deinit` calls too.
 private final class SelfScoped: Sendable {
   static let runs = Atomic(0)
@@ -223,6 +230,30 @@ struct EngineSoundnessInProcessTests {
     // (both of which also mention "MainOnce:" and "AsyncMainLazy").
     #expect(text.contains("awaited its own value while building it"), "\(text)")
     #expect(!text.contains("exit test timed out"), "\(text)")
+  }
+
+  /// A task started with `Task { }` inside the build is not part of it: it may outlive the
+  /// build, so awaiting the value from it is no re-entrance. When the builder waits for such a
+  /// task, nothing can end the wait; the stall report says why.
+  @Test(
+    "a builder waiting for a Task { } that awaits its value is reported as a stall naming the task"
+  )
+  func asyncLazyWaitingForTaskInsideBuild() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest(seconds: 10)
+      DeadlockDetection.stallTimeout = .milliseconds(100)
+      DeadlockDetection.reportHandler = { report in
+        guard report.kind == .stall else { return }
+        FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
+        exit(EXIT_FAILURE)
+      }
+      _ = try? await TaskAwaitingLazy.value.value
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("REPORT MainOnce: 2 callers have waited"), "\(text)")
+    #expect(
+      text.contains("1 of these tasks was started inside the build with Task { }"), "\(text)")
+    #expect(!text.contains("awaited its own value while building it"), "\(text)")
   }
 
   // MARK: Bug 6

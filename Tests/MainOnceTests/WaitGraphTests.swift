@@ -147,6 +147,81 @@ extension WaitGraphTests {
   }
 }
 
+extension WaitGraphTests {
+  @Test("a cycle whose wait was replaced while its evidence was gathered is gone, not proven")
+  func replacedWait() async {
+    let outcome = await onThread { () -> String in
+      let other = OtherThread(.sleepsInFutex)
+      defer { other.release() }
+      let me = ThreadRecord.current.id
+      let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
+      let (mine, _) = RecordedWait.forCell(on: me, runBy: other.id)
+      let state = DetectorState()
+      state.waits = [other.id: theirs, me: mine]
+      guard let cycle = state.cycle(closedBy: mine) else { return "no cycle" }
+      // Meanwhile the other thread began another wait, which the cycle does not name.
+      state.waits[other.id] = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
+      return settled(cycle, closedBy: mine, graph: state)
+    }
+    #expect(outcome == "gone")
+  }
+
+  @Test("a cycle through a cell whose runner changed while its evidence was gathered is unsettled")
+  func runnerChangedDuringTheEvidence() async {
+    let outcome = await onThread { () -> String in
+      let other = OtherThread(.sleepsInFutex)
+      defer { other.release() }
+      let me = ThreadRecord.current.id
+      let theirs = RecordedWait.forThread(me, on: other.id, evidence: .sleepsInWait)
+      // The cell's epoch moves on every time it is read: its runner keeps changing.
+      let mine = RecordedWait(
+        on: me, object: .subject(Cell(runBy: other.id, epochMoves: true), Ending()),
+        operation: "onceOnMain(token:)", site: graphSite, holdsMainQueue: false,
+        evidence: .resolution)
+      let state = DetectorState()
+      state.waits = [other.id: theirs, me: mine]
+      guard let cycle = state.cycle(closedBy: mine) else { return "no cycle" }
+      return settled(cycle, closedBy: mine, graph: state)
+    }
+    #expect(outcome == "unsettled")
+  }
+}
+
+/// The verdict on `cycle`, asked on the closing thread, with `graph` as the detector's state.
+private func settled(_ cycle: [CycleEdge], closedBy mine: RecordedWait, graph: DetectorState)
+  -> String
+{
+  var baselines: [ThreadID: (progress: ThreadProgress, at: UInt64)] = [:]
+  switch Evidence.settle(
+    cycle, closedBy: mine, onClosingThread: true, baselines: &baselines, graph: Locked(graph))
+  {
+  case .proven: return "proven"
+  case .unsettled: return "unsettled"
+  case .gone: return "gone"
+  }
+}
+
+extension WaitGraphTests {
+  @Test("a thread's entry is still found after an entry earlier on its probe path is removed")
+  func removalKeepsLaterEntries() {
+    final class Box {}
+    var lost: [(Int32, Int32)] = []
+    // Among 64 ids some share a first slot in a table of 16, so that the second probes past the
+    // first.
+    for first in Int32(1)...64 {
+      for second in Int32(1)...64 where second != first {
+        var table = ThreadTable<Box>()
+        let box = Box()
+        table[ThreadID(rawValue: first)] = Box()
+        table[ThreadID(rawValue: second)] = box
+        table[ThreadID(rawValue: first)] = nil
+        if table[ThreadID(rawValue: second)] !== box { lost.append((first, second)) }
+      }
+    }
+    #expect(lost.isEmpty, "lost after removing the first of \(lost.prefix(4))")
+  }
+}
+
 private let graphSite = CallSite(file: #fileID, line: #line)
 
 /// The verdict on the cycle `mine` closes in a graph of `waits`, asked on the closing thread.
@@ -177,9 +252,16 @@ private final class Cell: WaitSubject {
     name: StaticText("graph"), declaration: DeclarationSite(file: #fileID, line: #line))
   let runner: ThreadID
   let isWatchedForStalls = false
-  let epochNow: UInt = 0
+  /// Whether the epoch moves on at every read, as if the runner kept changing.
+  private let epochMoves: Bool
+  private let reads = Atomic<UInt>(0)
 
-  init(runBy runner: ThreadID) { self.runner = runner }
+  init(runBy runner: ThreadID, epochMoves: Bool = false) {
+    self.runner = runner
+    self.epochMoves = epochMoves
+  }
+
+  var epochNow: UInt { epochMoves ? reads.add(1, ordering: .relaxed).newValue : 0 }
 
   func obstacle() -> Obstacle { .runner(runner, since: 0) }
   func stallSnapshot() -> StallSnapshot? { nil }
