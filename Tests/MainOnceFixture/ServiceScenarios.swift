@@ -22,6 +22,9 @@ enum ServiceScenario: String, CaseIterable {
   case race
   /// Main-queue code and a worker wait for each other with no initializer between them.
   case unbreakable
+  /// A main-queue initializer running in place waits for a worker that waits for that same
+  /// initializer: the initializer already runs, so serving cannot break the cycle.
+  case runningInitializerWaits
   /// Main-queue code blocks in `withTrackedWait` first, which cannot be interrupted; then the
   /// worker blocks in `onceOnMain`.
   case uninterruptible
@@ -132,6 +135,17 @@ enum ServiceScenario: String, CaseIterable {
           return thread != 0 && KernelThread.isAsleep(thread)
         }
         never.wait(for: worker)
+        record.finish("the cycle went unnoticed")
+      case .runningInitializerWaits:
+        onceOnMain(token: Tokens.token) {
+          let done = DispatchSemaphore(value: 0)
+          Thread {
+            worker.perform { onceOnMain(token: Tokens.token) {} }
+            done.signal()
+          }.start()
+          awaitParkedWorker()
+          done.wait(for: worker)
+        }
         record.finish("the cycle went unnoticed")
       case .trackedSyncWorkerFirst:
         let queue = DispatchQueue(label: "service.serial")

@@ -53,6 +53,7 @@ struct ServiceTests {
     "a cycle that no initializer can break, or that a blocked wait cannot serve, still stops",
     arguments: [
       ("unbreakable", "no MainOnce initializer on it waits to run on the main queue"),
+      ("runningInitializerWaits", "no MainOnce initializer on it waits to run on the main queue"),
       ("uninterruptible", "the main-queue wait on it cannot be interrupted to run the initializer"),
     ])
   func unbreakableCycleStops(_ scenario: String, _ why: String) async throws {
