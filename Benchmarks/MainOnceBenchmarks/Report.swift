@@ -58,7 +58,7 @@ enum Report {
             "\(timing(row.oneThread, decimals: 2))"
               + (row.name == PerObjectSuite.referenceName ? "" : overReference ?? ""), 24)
           + pad(timing(row.twoThreads, decimals: 2), 22)
-          + pad(PairedRatio(row.twoThreads, over: row.oneThread).short, 20)
+          + pad(Paired.ratio(row.twoThreads, over: row.oneThread).short, 20)
           + pad("\(format(Timing(row.onCPU).median * 100, decimals: 0))%", 8)
           + format(row.allocationsPerCall, decimals: 3))
     }
@@ -119,10 +119,10 @@ enum Report {
       return (once, hop)
     }
     line("onceOnMain ÷ bare hop, per round (quartiles)") { result in
-      pair(result).map { PairedRatio($0.0, over: $0.1).short } ?? "—"
+      pair(result).map { Paired.ratio($0.0, over: $0.1).short } ?? "—"
     }
     line("onceOnMain − bare hop, ns per round (quartiles)") { result in
-      pair(result).map { PairedDifference($0.0, over: $0.1).short } ?? "—"
+      pair(result).map { Paired.difference($0.0, over: $0.1).short } ?? "—"
     }
     line("onceOnMain ÷ bare hop, ratio of medians") { result in
       pair(result).map { format($0.0.median / $0.1.median, decimals: 2) + "×" } ?? "—"
@@ -152,7 +152,9 @@ enum Report {
     }
     line("onceOnMain(token:)") { timing($0.onceOnMain, decimals: 0) }
     line("Khan port") { timing($0.khanPort, decimals: 0) }
-    line("onceOnMain ÷ Khan port, per race") { PairedRatio($0.onceOnMain, over: $0.khanPort).short }
+    line("onceOnMain ÷ Khan port, per race") {
+      Paired.ratio($0.onceOnMain, over: $0.khanPort).short
+    }
     line("onceOnMain ÷ Khan port, ratio of medians") {
       format($0.onceOnMain.median / $0.khanPort.median, decimals: 2) + "×"
     }

@@ -21,7 +21,7 @@ enum Targets {
     for name in ["onceOnMain(token:)", "MainLazy.value"] {
       guard let timing = rows.first(where: { $0.name == name })?.otherThread, let baseline
       else { continue }
-      let ratio = PairedRatio(timing, over: baseline)
+      let ratio = Paired.ratio(timing, over: baseline)
       // Judged at the precision the table prints, two decimals: 1.004 is 1.00.
       let verdict = ratio.verdict(against: 1.005)
       targets.append(
@@ -61,7 +61,7 @@ enum Targets {
             + " \(Report.format(time.best, decimals: 1)))",
           verdict: time.median <= 30 ? .met : time.best > 30 ? .missed : .withinNoise,
           note: ""))
-      let scaling = PairedRatio(row.twoThreads, over: row.oneThread)
+      let scaling = Paired.ratio(row.twoThreads, over: row.oneThread)
       var verdict = scaling.verdict(against: 1.3)
       // Two threads that shared one CPU never contended.
       if verdict == .met && !parallel { verdict = .withinNoise }
@@ -105,9 +105,9 @@ enum Targets {
     for result in results {
       guard let once = result.timings["onceOnMain"], let hop = result.timings[FirstCalls.bareHop]
       else { continue }
-      let ratio = PairedRatio(once, over: hop)
+      let ratio = Paired.ratio(once, over: hop)
       var verdict = ratio.verdict(against: 1.15)
-      let added = PairedDifference(once, over: hop)
+      let added = Paired.difference(once, over: hop)
       var note =
         verdict == .met
         ? ""
@@ -124,8 +124,8 @@ enum Targets {
           "the bare hop took \(Report.format(hop.median, decimals: 0)) ns, against"
           + " \(Report.format(pinnedHop.median, decimals: 0)) ns with every thread on one CPU:"
           + " waking the other CPU was slow, which dilutes the ratio. On one CPU:"
-          + " \(PairedRatio(pinnedOnce, over: pinnedHop).short), MainOnce adding"
-          + " \(Report.format(PairedDifference(pinnedOnce, over: pinnedHop).median, decimals: 0)) ns"
+          + " \(Paired.ratio(pinnedOnce, over: pinnedHop).short), MainOnce adding"
+          + " \(Report.format(Paired.difference(pinnedOnce, over: pinnedHop).median, decimals: 0)) ns"
       }
       targets.append(
         BenchmarkRun.Target(
@@ -147,7 +147,7 @@ enum Targets {
   private static func races(_ results: [Races.Result]) -> [BenchmarkRun.Target] {
     var targets: [BenchmarkRun.Target] = []
     for result in results {
-      let ratio = PairedRatio(result.onceOnMain, over: result.khanPort)
+      let ratio = Paired.ratio(result.onceOnMain, over: result.khanPort)
       targets.append(
         BenchmarkRun.Target(
           name: "last of \(result.threads) racers ≤ 1.0× the Khan port under"

@@ -19,53 +19,57 @@ struct Timing: Codable {
   }
 }
 
-/// The ratio of two timings taken in the same rounds: one ratio per round, of samples taken back
-/// to back, so that whatever slowed a round down slowed both. Its quartiles show the noise.
-struct PairedRatio {
+/// Two timings taken in the same rounds, combined round by round: one value per round, of
+/// samples taken back to back, so that whatever slowed a round down slowed both. Its quartiles
+/// show the noise.
+struct Paired {
   let lowerQuartile: Double
   let median: Double
   let upperQuartile: Double
+  /// How `short` writes a value: `×` and two decimals for a ratio, whole nanoseconds for a
+  /// difference.
+  private let unit: String
+  private let decimals: Int
 
-  init(_ timing: Timing, over baseline: Timing) {
+  private init(
+    _ timing: Timing, _ baseline: Timing, unit: String, decimals: Int,
+    combine: (Double, Double) -> Double
+  ) {
     (lowerQuartile, median, upperQuartile) = quartiles(
-      zip(timing.samples, baseline.samples).map { $0 / $1 })
+      zip(timing.samples, baseline.samples).map(combine))
+    self.unit = unit
+    self.decimals = decimals
   }
 
-  /// How the ratio compares with `target`: met if the median is within it, missed if even the
-  /// lower quartile is over it; otherwise the rounds disagree, and it is within the noise.
+  /// The ratio of `timing` to `baseline`, round by round.
+  static func ratio(_ timing: Timing, over baseline: Timing) -> Paired {
+    Paired(timing, baseline, unit: "×", decimals: 2, combine: /)
+  }
+
+  /// What `timing` adds to `baseline`, round by round. Unlike a ratio, it does not shrink when
+  /// the machine is busy and the baseline slows down.
+  static func difference(_ timing: Timing, over baseline: Timing) -> Paired {
+    Paired(timing, baseline, unit: "", decimals: 0, combine: -)
+  }
+
+  /// How the median compares with `target`: met if within it, missed if even the lower
+  /// quartile is over it; otherwise the rounds disagree, and it is within the noise.
   func verdict(against target: Double) -> BenchmarkRun.Verdict {
     if median <= target { return .met }
     return lowerQuartile > target ? .missed : .withinNoise
   }
 
+  /// The median with its quartiles, for a verdict.
   var description: String {
-    "\(Report.format(median, decimals: 2))× (median of per-round ratios; quartiles"
-      + " \(Report.format(lowerQuartile, decimals: 2))–\(Report.format(upperQuartile, decimals: 2)))"
+    "\(format(median) + unit) (median of per-round ratios; quartiles \(quartileRange))"
   }
 
-  var short: String {
-    "\(Report.format(median, decimals: 2))× (\(Report.format(lowerQuartile, decimals: 2))–"
-      + "\(Report.format(upperQuartile, decimals: 2)))"
-  }
-}
+  /// The median and, in parentheses, the quartiles, for a table.
+  var short: String { "\(format(median) + unit) (\(quartileRange))" }
 
-/// The difference of two timings taken in the same rounds, round by round: what one adds to
-/// the other. Unlike a ratio, it does not shrink when the machine is busy and the baseline
-/// slows down.
-struct PairedDifference {
-  let lowerQuartile: Double
-  let median: Double
-  let upperQuartile: Double
+  private var quartileRange: String { "\(format(lowerQuartile))–\(format(upperQuartile))" }
 
-  init(_ timing: Timing, over baseline: Timing) {
-    (lowerQuartile, median, upperQuartile) = quartiles(
-      zip(timing.samples, baseline.samples).map { $0 - $1 })
-  }
-
-  var short: String {
-    "\(Report.format(median, decimals: 0)) (\(Report.format(lowerQuartile, decimals: 0))–"
-      + "\(Report.format(upperQuartile, decimals: 0)))"
-  }
+  private func format(_ value: Double) -> String { Report.format(value, decimals: decimals) }
 }
 
 /// The lower quartile, the median and the upper quartile of `values`.
