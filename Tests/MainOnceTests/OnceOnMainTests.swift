@@ -186,7 +186,8 @@ struct OnceOnMainTests {
 func waitingCallers(labelContaining text: String) -> Int {
   let subjects = Detector.state.withLock { state in
     state.waits.values.compactMap { wait -> (any WaitSubject)? in
-      guard case .subject(let subject, _) = wait.object,
+      // A wait that is over stays recorded until its thread records another: it counts no more.
+      guard !wait.isOver, case .subject(let subject, _) = wait.object,
         subject.label.description.contains(text)
       else { return nil }
       return subject

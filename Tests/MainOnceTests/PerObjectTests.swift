@@ -38,8 +38,10 @@ private final class Window: Sendable {
 
 private struct BodyFailed: Error, Equatable {}
 
-/// Used by one test only, so that its cells' labels ("for a Ledger") identify them.
+/// Used by one test case only (of two that run at once), so that its cells' labels ("for a
+/// Ledger", "for a Register") identify them.
 private final class Ledger: Sendable {}
+private final class Register: Sendable {}
 
 /// Used by one test case only (of two that run at once), so that its cells' labels ("for a
 /// Turnstile", "for a Gate") identify them.
@@ -104,7 +106,8 @@ struct PerObjectTests {
     "a failed body leaves the call site fresh, and a waiting caller runs its own",
     arguments: [true, false])
   func failureHandsOver(onMain: Bool) async {
-    let object = Ledger()
+    let object: any AnyObject & Sendable = onMain ? Ledger() : Register()
+    let label = onMain ? "for a Ledger" : "for a Register"
     let ran = Recorder<Int>()
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)
@@ -125,7 +128,7 @@ struct PerObjectTests {
       }
     }
     // Let the second caller queue up behind the failing body before it fails.
-    let queued = await eventually { waitingCallers(labelContaining: "for a Ledger") == 1 }
+    let queued = await eventually { waitingCallers(labelContaining: label) == 1 }
     #expect(queued)
     release.signal()
     let secondThrew = await second.value
