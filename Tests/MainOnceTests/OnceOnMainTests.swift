@@ -185,9 +185,11 @@ struct OnceOnMainTests {
 /// counted by the cell under its own lock.
 func waitingCallers(labelContaining text: String) -> Int {
   let subjects = Detector.state.withLock { state in
-    state.waits.values.compactMap { wait -> (any WaitSubject)? in
-      // A wait that is over stays recorded until its thread records another: it counts no more.
-      guard !wait.isOver, case .subject(let subject, _) = wait.object,
+    // A wait that is over stays recorded until its thread records another: only what each
+    // thread waits for now counts.
+    state.waits.keys.compactMap { state.activeWait(of: $0) }.compactMap {
+      wait -> (any WaitSubject)? in
+      guard case .subject(let subject, _) = wait.object,
         subject.label.description.contains(text)
       else { return nil }
       return subject
