@@ -187,8 +187,7 @@ func waitingCallers(labelContaining text: String) -> Int {
   let subjects = Detector.state.withLock { state in
     // A wait that is over stays recorded until its thread records another: only what each
     // thread waits for now counts.
-    state.waits.keys.compactMap { state.activeWait(of: $0) }.compactMap {
-      wait -> (any WaitSubject)? in
+    state.activeWaits.compactMap { wait -> (any WaitSubject)? in
       guard case .subject(let subject, _) = wait.object,
         subject.label.description.contains(text)
       else { return nil }

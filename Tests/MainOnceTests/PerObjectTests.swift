@@ -107,7 +107,7 @@ struct PerObjectTests {
     arguments: [true, false])
   func failureHandsOver(onMain: Bool) async {
     let object: any AnyObject & Sendable = onMain ? Ledger() : Register()
-    let label = onMain ? "for a Ledger" : "for a Register"
+    let label = "for a \(type(of: object))"
     let ran = Recorder<Int>()
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)
@@ -143,7 +143,7 @@ struct PerObjectTests {
     "when a body fails, the caller that has waited longest runs next", arguments: [true, false])
   func failureHandsOverInArrivalOrder(onMain: Bool) async {
     let object: any AnyObject & Sendable = onMain ? Turnstile() : Gate()
-    let label = onMain ? "for a Turnstile" : "for a Gate"
+    let label = "for a \(type(of: object))"
     let ran = Recorder<Int>()
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)

@@ -166,6 +166,11 @@ extension DetectorState {
     return wait
   }
 
+  /// What each thread waits for now: ``activeWait(of:)`` of every thread with a recorded wait.
+  var activeWaits: some Sequence<RecordedWait> {
+    waits.lazy.compactMap { self.activeWait(of: $0.key) }
+  }
+
   /// Drops the waits that are over.
   func forgetEndedWaits() {
     for (thread, wait) in waits where wait.isOver {

@@ -304,9 +304,7 @@ extension DetectorState {
       case .thread(let owner): inTheWay = .mainQueue(owner)
       case .nobody: inTheWay = .nobody
       case .unknown:
-        let holder = waits.keys.lazy.compactMap { self.activeWait(of: $0) }.first {
-          $0.holdsMainQueue
-        }
+        let holder = activeWaits.first { $0.holdsMainQueue }
         inTheWay = holder.map { .recordedHolder($0.thread) } ?? .unknown
       }
     }

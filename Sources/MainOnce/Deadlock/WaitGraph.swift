@@ -210,9 +210,8 @@ extension DetectorState {
       return
     case .unknown:
       if asker.holdsMainQueue, !body(Blocker(thread: asker.thread, reason: reason)) { return }
-      for thread in waits.keys where thread != asker.thread {
-        guard activeWait(of: thread)?.holdsMainQueue == true else { continue }
-        if !body(Blocker(thread: thread, reason: reason)) { return }
+      for wait in activeWaits where wait.thread != asker.thread && wait.holdsMainQueue {
+        if !body(Blocker(thread: wait.thread, reason: reason)) { return }
       }
     }
   }
