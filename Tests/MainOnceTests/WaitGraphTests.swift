@@ -30,6 +30,21 @@ struct WaitGraphTests {
     #expect(outcome?.after == true)
   }
 
+  @Test("what threads wait for now leaves out waits that are over, down to the one they are in")
+  func activeWaitsSkipEndedWaits() {
+    let nesting = ThreadID(rawValue: Int32.max)
+    let done = ThreadID(rawValue: Int32.max - 1)
+    let (outer, _) = RecordedWait.forCell(on: nesting, runBy: done)
+    let (inner, innerEnding) = RecordedWait.forCell(on: nesting, runBy: done)
+    inner.previous = outer
+    let (over, overEnding) = RecordedWait.forCell(on: done, runBy: nesting)
+    innerEnding.end()
+    overEnding.end()
+    let state = DetectorState()
+    state.waits = [nesting: inner, done: over]
+    #expect(state.activeWaits.map(ObjectIdentifier.init) == [ObjectIdentifier(outer)])
+  }
+
   @Test(
     "on the thread that closes a cycle, its own wait counts if it blocks on entry, not a withTrackedWait"
   )
