@@ -7,7 +7,7 @@ import Foundation
 /// side by side with the hop it makes, under each driver (each in a process of its own, see
 /// ``DriverProcess``).
 ///
-/// The method of issue 17: every round times `tokensPerRound` fresh tokens, one call each, and
+/// The method: every round times `tokensPerRound` fresh tokens, one call each, and
 /// also a bare `DispatchQueue.main.async { semaphore.signal() }; semaphore.wait()` as many
 /// times, from the same thread; the variants take turns at going first. The verdict is the
 /// median of the per-round ratios (each round's first calls over the same round's bare hops),

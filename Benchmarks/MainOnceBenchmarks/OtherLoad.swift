@@ -2,7 +2,7 @@ import Foundation
 
 /// How much CPU time other processes took while a group was measured: the machine is shared,
 /// and a busy machine slows every hop down alike, which dilutes the ratios of first calls and
-/// races to their baselines (see the README's first-call table and issue 17).
+/// races to their baselines (see the README's first-call table).
 ///
 /// The machine's busy time from `/proc/stat`, less this process's and its children's (driver
 /// processes are waited for before the end is read). `/proc/stat` counts in hundredths of a

@@ -6,7 +6,7 @@ import Synchronization
 /// `MainOnceBenchmarks race`: eight threads racing on a fresh token, MainOnce against the Khan
 /// port, under each driver (each in a process of its own, see ``DriverProcess``).
 ///
-/// The method of issue 17: eight threads are made ready, spinning on a flag; the time runs from
+/// The method: eight threads are made ready, spinning on a flag; the time runs from
 /// the moment the last of them sets it to the moment the last returns. The two candidates
 /// alternate, race by race, and the verdict is the median of the per-race ratios. The threads
 /// are the same in every race (a pool), so that no race pays for creating or ending threads.

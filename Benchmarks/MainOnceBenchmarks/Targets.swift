@@ -1,7 +1,8 @@
 import Foundation
 
-/// The targets of issue 17, judged from what this run measured, with the reason where one is
-/// missed.
+/// MainOnce's speed targets (fast paths against `dispatch_once_f`, per-object cost and memory,
+/// token size, first calls against the bare hop, races against the Khan port), judged from what
+/// this run measured, with the reason where one is missed.
 enum Targets {
   static func evaluate(_ output: BenchmarkRun.Output) -> [BenchmarkRun.Target] {
     var targets: [BenchmarkRun.Target] = []

@@ -1,7 +1,8 @@
 // swift run -c release MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
 //   GROUP is one of fast-path, objects, sizes, first-call, race; without one, all of them run,
-//   then the targets of issue 17 are judged, and the JSON goes to MainOnceBenchmarks.json unless
-//   --json names another file (a single group writes JSON only when --json is given).
+//   then the speed targets (Targets.swift) are judged, and the JSON goes to
+//   MainOnceBenchmarks.json unless --json names another file (a single group writes JSON only
+//   when --json is given).
 //   fast-path   done tokens side by side with dispatch_once_f and others; allocations, scaling
 //   objects     runOnce(for:)/onceOnMain(for:) on a done call site, one and two threads, memory
 //   sizes       MemoryLayout of the once-cells

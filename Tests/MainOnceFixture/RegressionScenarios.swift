@@ -8,9 +8,10 @@ import Synchronization
   import Glibc
 #endif
 
-/// Reproductions of the bugs filed in issues 15 and 16, written as a user would write them:
+/// Reproductions of bugs in deadlock detection and in self-awaiting builders, written as a user
+/// would write them:
 /// `MainOnceFixture regression <scenario>`. Run by `RegressionTests`, which says what each must
-/// do; on the code the issues were filed against, each does something else (hangs, stops a
+/// do; on the code before the fixes, each did something else (hangs, stops a
 /// healthy program, traps without a message, crashes).
 ///
 /// Every scenario is bounded by a watchdog on a thread of its own (never a libdispatch worker:
@@ -18,57 +19,57 @@ import Synchronization
 /// with status 3; `FIXTURE_TIMEOUT` overrides its limit. Every bound is scaled (``TimeScale``). Markers go to standard output at once
 /// (unbuffered), so that they survive a crash that follows.
 enum RegressionScenario: String, CaseIterable {
-  // MARK: Issue 15
+  // MARK: Builders that await their own value
 
-  /// 15.3: an `AsyncMainLazy` builder awaits its own value through `async let`: a structured
+  /// An `AsyncMainLazy` builder awaits its own value through `async let`: a structured
   /// child of the build, which the build waits for, so it can never be served.
   case asyncLazyAsyncLetAwaitsItself
-  /// 15.3: the same through a task-group child.
+  /// The same through a task-group child.
   case asyncLazyTaskGroupAwaitsItself
 
-  // MARK: Issue 16
+  // MARK: Deadlock detection
 
-  /// 16.1: main-queue code runs `withTrackedWait(for: work) { sem.wait(); usleep(500_000) }`;
+  /// Main-queue code runs `withTrackedWait(for: work) { sem.wait(); usleep(500_000) }`;
   /// the worker performing `work` signals `sem`, then calls `onceOnMain` on a fresh token. The
   /// main queue's thread sleeps in the body after its wait is over: the program recovers.
   case trackedWaitBodySleepsAfterItsWait
-  /// 16.1: `withTrackedWait(for: work) { sem.wait(timeout: .now() + 0.5) }` while the worker
+  /// `withTrackedWait(for: work) { sem.wait(timeout: .now() + 0.5) }` while the worker
   /// performing `work` calls `onceOnMain`: the body's wait ends by itself.
   case trackedWaitBodyWithDeadline
-  /// 16.2: two loaders read a `MainLazy` whose builder sleeps 300 ms (I/O); main-queue code
+  /// Two loaders read a `MainLazy` whose builder sleeps 300 ms (I/O); main-queue code
   /// waits for both with `group.wait(for:)`. Run under `service`: the first loader arrives once
   /// main-queue code waits, which then runs the builder in place, nested in its wait; the second
   /// arrives while it does.
   case serviceSlowLazyTwoLoaders
-  /// 16.2: rounds of three workers performing one work item, each calling `onceOnMain` on the
+  /// Rounds of three workers performing one work item, each calling `onceOnMain` on the
   /// same four fresh tokens, while main-queue code waits for them with `group.wait(for:)`. Run
   /// under `service`. `REGRESSION_ROUNDS` sets the number of rounds (default 200).
   case serviceWorkersManyTokens
-  /// 16.3: 32 `DispatchQueue.global()` blocks block for good (the pool runs a few; the rest
+  /// 32 `DispatchQueue.global()` blocks block for good (the pool runs a few; the rest
   /// wait in the global queue); main-queue code then waits in `semaphore.wait(for:)` for a
   /// thread that signals after 200 ms. Run under `service`.
   case serviceSemaphoreWithBusyPool
-  /// 16.3: the same with `group.wait(for:)`.
+  /// The same with `group.wait(for:)`.
   case serviceGroupWithBusyPool
-  /// 16.4: main-queue code waits in `semA.wait(for: A)`; T1 performs A inside
+  /// Main-queue code waits in `semA.wait(for: A)`; T1 performs A inside
   /// `withTrackedWait(for: B) { compute; semB.wait() }`; at 50 ms W, performing B, calls
   /// `onceOnMain`, then signals `semB`. Run under `service`: the cycle becomes provable only
   /// once T1 blocks, after at least 300 ms, and after the watchdog has reported W's wait.
   case serviceLateProof
-  /// 16.5: with a 1 ms stall timeout and the main queue held by sleeping code, async callers of
+  /// With a 1 ms stall timeout and the main queue held by sleeping code, async callers of
   /// one token keep arriving and being cancelled while other threads keep MainOnce busy: the
   /// watchdog keeps looking at a flight whose callers come and go. Runs 6 s
   /// (`REGRESSION_SECONDS`).
   case watchdogWithCallersComingAndGoing
-  /// 16.6: the report handler reads a fresh `MainLazy` (a logger), which needs the main queue;
+  /// The report handler reads a fresh `MainLazy` (a logger), which needs the main queue;
   /// the main queue is blocked for good in a raw semaphore wait while a thread waits for an
   /// initializer. Run with `MAINONCE_DEADLOCK=abort MAINONCE_STALL_TIMEOUT=0.3`.
   case reportHandlerNeedsMainQueue
-  /// 16.7: `queue.trackedSync` from main-queue code, on a queue that targets the main queue.
+  /// `queue.trackedSync` from main-queue code, on a queue that targets the main queue.
   case trackedSyncOnQueueTargetingMain
-  /// 16.7: `q2.trackedSync` inside a block on q1, where q2 targets q1.
+  /// `q2.trackedSync` inside a block on q1, where q2 targets q1.
   case trackedSyncOnQueueTargetingHeldQueue
-  /// 16.8: run with `MAINONCE_QUEUE_INTROSPECTION=off`: a `q.async` block calls `onceOnMain` on
+  /// Run with `MAINONCE_QUEUE_INTROSPECTION=off`: a `q.async` block calls `onceOnMain` on
   /// a fresh token; main-queue code then waits for q with `q.trackedSync`. A real cycle.
   case fallbackTrackedSyncCycle
 
@@ -124,7 +125,7 @@ enum RegressionScenario: String, CaseIterable {
   }
 }
 
-// MARK: - Issue 15.3
+// MARK: - A builder that awaits its own value
 
 /// `AsyncMainLazy` values whose builders await their own value through a child task.
 private enum SelfAwaiting {
@@ -143,7 +144,7 @@ private enum SelfAwaiting {
   }
 }
 
-// MARK: - Issue 16.1
+// MARK: - A tracked wait that ends by itself
 
 private enum RecoveringTokens {
   static let loader = MainOnceToken("loader")
@@ -183,7 +184,7 @@ private func runTrackedWaitBodyThatRecovers(withDeadline: Bool) {
   }
 }
 
-// MARK: - Issue 16.2
+// MARK: - An initializer run in place, nested in a serviced wait
 
 /// A value whose builder does 300 ms of I/O.
 private enum SlowLazies {
@@ -254,7 +255,7 @@ private func serviceRound(_ round: Int, of rounds: Int) {
   }
 }
 
-// MARK: - Issue 16.3
+// MARK: - A serviced wait while every libdispatch worker is blocked
 
 private func runServicedWaitWithBusyPool(group: Bool) {
   // Blocks for the rest of the process: the pool's threads are taken.
@@ -290,7 +291,7 @@ private func runServicedWaitWithBusyPool(group: Bool) {
   }
 }
 
-// MARK: - Issue 16.4
+// MARK: - A cycle provable only late
 
 private enum LateProof {
   static let token = MainOnceToken("late proof")
@@ -341,7 +342,7 @@ private func runLateProof() {
   }
 }
 
-// MARK: - Issue 16.5
+// MARK: - The watchdog while callers come and go
 
 private enum WatchdogTokens {
   static let token = MainOnceToken("callers coming and going")
@@ -406,7 +407,7 @@ private func runWatchdogWithCallersComingAndGoing() {
   }.start()
 }
 
-// MARK: - Issue 16.6
+// MARK: - A report handler that needs the main queue
 
 /// A logger built on the main queue, as a `MainLazy` often is.
 private final class ReportLog: Sendable {
@@ -436,7 +437,7 @@ private func runReportHandlerNeedingMainQueue() {
   }
 }
 
-// MARK: - Issue 16.8
+// MARK: - Reports without queue introspection
 
 private enum FallbackTokens {
   static let token = MainOnceToken("fallback store")

@@ -4,15 +4,18 @@ import MainOnce
 import MainOnceFixtureSupport
 import Testing
 
-/// Regression tests for the bugs filed in issues 15 and 16, each written against the public API
-/// as a user would meet the bug, each asserting what must hold once it is fixed. Scenarios that
-/// need the main queue to themselves, or that stop or hang a process, run in
-/// `MainOnceFixture regression <scenario>` (see `Tests/MainOnceFixture/RegressionScenarios.swift`);
-/// every one of them is bounded by its own time limit and by ``FixtureProcess``'s.
+/// Regression tests for bugs in deadlock detection and in self-awaiting builders, each written
+/// against the public API as a user would meet the bug, each asserting what must hold now that it
+/// is fixed. Scenarios that need the main queue to themselves, or that stop or hang a process,
+/// run in `MainOnceFixture regression <scenario>` (see
+/// `Tests/MainOnceFixture/RegressionScenarios.swift`); every one of them is bounded by its own
+/// time limit and by ``FixtureProcess``'s.
 ///
 /// Serialized: several reproductions are races (see each test), and one loads the machine on
 /// purpose; run side by side they would disturb each other's timing.
-@Suite("Regressions from issues 15 and 16", .serialized)
+@Suite(
+  "Deadlocks stop with a message naming the call; programs that recover are never stopped",
+  .serialized)
 struct RegressionTests {
   private func run(
     _ scenario: String, _ environment: [String: String] = [:], timeout: Duration = .seconds(30)
@@ -21,7 +24,7 @@ struct RegressionTests {
       "MainOnceFixture", ["regression", scenario], environment: environment, timeout: timeout)
   }
 
-  // MARK: Issue 15, item 3
+  // MARK: A builder that awaits its own value
 
   @Test(
     "an AsyncMainLazy builder that awaits its own value through a child task stops with a message naming the declaration",
@@ -35,7 +38,7 @@ struct RegressionTests {
     #expect(message.contains(declaration), "\(message)")
   }
 
-  // MARK: Issue 16, item 1
+  // MARK: A tracked wait that ends by itself
 
   @Test(
     "a tracked wait whose thread sleeps after its wait ended, or waits with a deadline, is never stopped",
@@ -51,7 +54,7 @@ struct RegressionTests {
       outcome, verdict: "PASS the main queue's tracked wait and the worker finished: true")
   }
 
-  // MARK: Issue 16, item 2
+  // MARK: An initializer run in place, nested in a serviced wait
 
   @Test(
     "under service, main-queue code that runs an initializer in place, nested in its wait, is not taken for a deadlock",
@@ -67,7 +70,7 @@ struct RegressionTests {
     expectFinishedNormally(outcome, verdict: verdict)
   }
 
-  // MARK: Issue 16, item 3
+  // MARK: A serviced wait while every libdispatch worker is blocked
 
   @Test(
     "under service, a semaphore or group wait ends promptly while every libdispatch worker is blocked",
@@ -84,7 +87,7 @@ struct RegressionTests {
     #expect(after < TimeScale.seconds(5), "the wait ended \(after) s after it began")
   }
 
-  // MARK: Issue 16, item 4
+  // MARK: A cycle provable only late
 
   @Test(
     "under service, a cycle that can be proven only after the last wait on it began is still served"
@@ -95,11 +98,11 @@ struct RegressionTests {
     expectFinishedNormally(outcome, verdict: "PASS the main queue's wait ended")
   }
 
-  // MARK: Issue 16, item 5
+  // MARK: The watchdog while callers come and go
 
   /// The crash is a race between the watchdog's clock and callers that arrive as it looks. One
   /// run of the scenario (6 s, about three cores' worth of load) reproduced it in 55 to 75
-  /// percent of runs on the code the issue was filed against, depending on what else the machine
+  /// percent of runs on the code before the fix, depending on what else the machine
   /// ran; so the test runs it again while it ends well: twice, or six times with
   /// `MAINONCE_STRESS=long`.
   @Test("the watchdog never crashes when callers arrive while it looks, with a 1 ms stall timeout")
@@ -119,7 +122,7 @@ struct RegressionTests {
     }
   }
 
-  // MARK: Issue 16, item 6
+  // MARK: A report handler that needs the main queue
 
   @Test(
     "a report handler that needs the main queue does not keep a stall from stopping the process")
@@ -138,7 +141,7 @@ struct RegressionTests {
     #expect(message.contains("\"handler scenario\""), "\(message)")
   }
 
-  // MARK: Issue 16, item 7
+  // MARK: trackedSync on a target chain the caller holds
 
   @Test(
     "trackedSync on a queue whose target chain reaches a queue the caller holds stops with a message naming the call and the chain",
@@ -164,7 +167,7 @@ struct RegressionTests {
     }
   }
 
-  // MARK: Issue 16, item 8
+  // MARK: Reports without queue introspection
 
   @Test(
     "without queue introspection, a cycle through trackedSync is caught, or reported without an untrue explanation"
@@ -244,9 +247,11 @@ struct RegressionTests {
   }
 }
 
-/// Issue 15, item 1, in this process: the main queue is the test runner's, and nothing else uses
-/// the token.
-@Suite("Regressions from issue 15, in process", .testProcessSettings)
+/// A token finished only by completion-form callers, in this process: the main queue is the test
+/// runner's, and nothing else uses the token.
+@Suite(
+  "A token finished by completion-form callers is finished for async callers too, in process",
+  .testProcessSettings)
 struct InProcessRegressionTests {
   enum Tokens {
     static let doneByCompletion = MainOnceToken("done by a completion-form caller only")
