@@ -11,15 +11,16 @@ let package = Package(
   targets: [
     .target(
       name: "MainOnce",
-      dependencies: ["CMainOnceShims"],
+      dependencies: ["_CMainOnceShims"],
       // `@_staticExclusiveOnly`, as on the standard library's `Atomic` and `Mutex`: a token or
       // lazy value cannot be declared with `var`, so no assignment can reset one.
       swiftSettings: [.enableExperimentalFeature("StaticExclusiveOnly")]
     ),
     // Platform facts by link-time reference (thread ids, libdispatch's main queue), so that
-    // they hold in static binaries, where dlsym finds none of them.
+    // they hold in static binaries, where dlsym finds none of them. Underscored: an
+    // implementation detail of MainOnce, not a module to import.
     .target(
-      name: "CMainOnceShims",
+      name: "_CMainOnceShims",
       linkerSettings: [.linkedLibrary("dispatch", .when(platforms: [.linux]))]
     ),
     .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
@@ -61,7 +62,8 @@ let package = Package(
   swiftLanguageModes: [.v6]
 )
 
-for target in package.targets where !["CBenchmarkSupport", "CMainOnceShims"].contains(target.name) {
+let cTargets = ["CBenchmarkSupport", "_CMainOnceShims"]
+for target in package.targets where !cTargets.contains(target.name) {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .enableUpcomingFeature("ExistentialAny"),

@@ -1,5 +1,5 @@
-internal import CMainOnceShims
 internal import Synchronization
+internal import _CMainOnceShims
 
 #if canImport(Glibc)
   internal import Glibc

@@ -1,4 +1,4 @@
-internal import CMainOnceShims
+internal import _CMainOnceShims
 
 /// Whether `RunLoop.main` is running, asked of CoreFoundation without importing Foundation.
 ///

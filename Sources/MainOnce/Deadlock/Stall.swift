@@ -1,4 +1,4 @@
-internal import CMainOnceShims
+internal import _CMainOnceShims
 
 /// A subject due for a look, as the watchdog saw it under the lock.
 struct Look {

@@ -1,4 +1,4 @@
-internal import CMainOnceShims
+internal import _CMainOnceShims
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
 /// waits, and how the end reaches every caller, moving a cell through the states listed at the

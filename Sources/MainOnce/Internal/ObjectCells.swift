@@ -1,4 +1,4 @@
-internal import CMainOnceShims
+internal import _CMainOnceShims
 
 /// One object's once-cell for one call site, for `onceOnMain(for:)` and `runOnce(for:)`.
 ///

@@ -1,4 +1,4 @@
-internal import CMainOnceShims
+internal import _CMainOnceShims
 
 /// Tells whether an object is the one a per-object cell was made for, alive and not being
 /// deinitialized, without touching its reference counts.

@@ -1,4 +1,4 @@
-internal import CMainOnceShims
+internal import _CMainOnceShims
 
 #if canImport(Glibc)
   internal import Glibc

@@ -1,5 +1,5 @@
-internal import CMainOnceShims
 internal import Dispatch
+internal import _CMainOnceShims
 
 /// Which thread owns a serial dispatch queue right now, read from the queue's lock word.
 ///

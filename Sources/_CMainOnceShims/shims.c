@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "CMainOnceShims.h"
+#include "_CMainOnceShims.h"
 
 #if defined(__linux__) && defined(__LP64__)
 #define MAINONCE_KNOWS_QUEUE_LAYOUT 1
