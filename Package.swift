@@ -24,13 +24,7 @@ let package = Package(
       linkerSettings: [.linkedLibrary("dispatch", .when(platforms: [.linux]))]
     ),
     .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
-    // Side-by-side benchmarks: no product, so packages that depend on MainOnce never see them.
-    .target(name: "CBenchmarkSupport", path: "Benchmarks/CBenchmarkSupport"),
-    .executableTarget(
-      name: "MainOnceBenchmarks",
-      dependencies: ["MainOnce", "CBenchmarkSupport"],
-      path: "Benchmarks/MainOnceBenchmarks"
-    ),
+    // The benchmarks are a package of their own, in Benchmarks/.
     // Scenario processes for the tests: each run-loop driver needs a process of its own.
     .target(
       name: "MainOnceFixtureSupport",
@@ -62,8 +56,7 @@ let package = Package(
   swiftLanguageModes: [.v6]
 )
 
-let cTargets = ["CBenchmarkSupport", "_CMainOnceShims"]
-for target in package.targets where !cTargets.contains(target.name) {
+for target in package.targets where target.name != "_CMainOnceShims" {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .enableUpcomingFeature("ExistentialAny"),

@@ -52,7 +52,7 @@ struct BenchmarkRun {
   func run() async {
     let machine = Machine.current
     let command =
-      "swift run -c release MainOnceBenchmarks "
+      "swift run -c release --package-path Benchmarks MainOnceBenchmarks "
       + CommandLine.arguments.dropFirst().joined(separator: " ")
     print("MainOnce benchmarks (\(command.trimmingCharacters(in: .whitespaces)))")
     print("machine: \(machine.description)\n")

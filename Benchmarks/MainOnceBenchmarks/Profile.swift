@@ -10,7 +10,7 @@ import Synchronization
 /// What a first call adds to the bare hop, for example:
 ///
 /// ```sh
-/// B=.build/release/MainOnceBenchmarks
+/// B=Benchmarks/.build/release/MainOnceBenchmarks
 /// perf stat -e context-switches,syscalls:sys_enter_futex $B profile first-call runLoop bareHop 2000
 /// strace -f -c $B profile first-call dispatchMain onceOnMain 2000
 /// valgrind --tool=callgrind --separate-threads=yes $B profile first-call mainQueueDriver onceOnMain 2000

@@ -1,4 +1,5 @@
-// swift run -c release MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
+// From the repository's root (the benchmarks are a package of their own, in Benchmarks/):
+// swift run -c release --package-path Benchmarks MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
 //   GROUP is one of fast-path, objects, sizes, first-call, race; without one, all of them run,
 //   then the speed targets (Targets.swift) are judged, and the JSON goes to
 //   MainOnceBenchmarks.json unless --json names another file (a single group writes JSON only
@@ -12,7 +13,7 @@
 //   race        eight threads racing on a fresh token against the Khan port, under each driver
 //   The README gives the command with code alignment options that its numbers come from: at
 //   1.4 ns a call, a probe that straddles a cache line costs a cycle more.
-// swift run -c release MainOnceBenchmarks instructions [--quick]
+// swift run -c release --package-path Benchmarks MainOnceBenchmarks instructions [--quick]
 //   Instructions per fast-path call, counted by valgrind's callgrind.
 // MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
 // MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
