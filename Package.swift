@@ -1,12 +1,18 @@
-// swift-tools-version: 6.1
+// swift-tools-version: 6.3
+// The tools version is the one toolchain MainOnce is tested with: Swift 6.3.1 on Linux.
 import PackageDescription
 
 let package = Package(
   name: "MainOnce",
+  // MainOnce is built and tested on Linux only. This entry exists because the standard library's
+  // `Synchronization` module, whose `Atomic` and `Mutex` MainOnce uses, is available on Apple
+  // platforms from macOS 15 on: without it MainOnce would not compile on an Apple host. Apple
+  // platforms are untested.
   platforms: [.macOS(.v15)],
+  // One product. `MainOnceDemo` is an executable target, not a product: `swift run MainOnceDemo`
+  // works from this package's root, but packages that depend on MainOnce never see it.
   products: [
-    .library(name: "MainOnce", targets: ["MainOnce"]),
-    .executable(name: "MainOnceDemo", targets: ["MainOnceDemo"]),
+    .library(name: "MainOnce", targets: ["MainOnce"])
   ],
   targets: [
     .target(
@@ -24,7 +30,9 @@ let package = Package(
       linkerSettings: [.linkedLibrary("dispatch", .when(platforms: [.linux]))]
     ),
     .executableTarget(name: "MainOnceDemo", dependencies: ["MainOnce"]),
-    // The benchmarks are a package of their own, in Benchmarks/.
+    // Test-only targets from here on: none is a product, so packages that depend on MainOnce
+    // never build them. The benchmarks are a package of their own, in Benchmarks/.
+    //
     // Scenario processes for the tests: each run-loop driver needs a process of its own.
     .target(
       name: "MainOnceFixtureSupport",
