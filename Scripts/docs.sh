@@ -5,11 +5,13 @@
 #   Scripts/docs.sh preview    builds it and serves it at http://localhost:8080/documentation/mainonce
 #   Scripts/docs.sh static     builds it and writes a static website to .build/docs/site
 #
-# The symbol graphs come from `swift package dump-symbol-graph`, which builds the package (a no-op
-# when it is built already) and then extracts them from the built modules on every run. Emitting
-# them as a side effect of compiling (`-emit-symbol-graph`) writes them only when MainOnce
-# recompiles, so a second run after a no-op build found none and produced no symbol pages.
-# Extension blocks are included, so that MainOnce's extensions of Dispatch types
+# The symbol graphs are extracted from the built MainOnce module on every run, with
+# `swift symbolgraph-extract`, after `swift build --target MainOnce` (a no-op when it is built
+# already). Emitting them as a side effect of compiling (`-emit-symbol-graph`) writes them only
+# when MainOnce recompiles, so a second run after a no-op build found none and produced no
+# symbol pages. `swift package dump-symbol-graph` extracts every module of the package, the
+# test modules too, and fails on a fresh clone, where no test build has made those. Extension
+# blocks are included, so that MainOnce's extensions of Dispatch types
 # (DispatchSemaphore.wait(for:), DispatchGroup.wait(for:), DispatchQueue.trackedSync) get pages.
 #
 # Every mode fails if the symbol graphs are missing; `build` and `static` also fail if the
@@ -27,7 +29,7 @@ case "$mode" in
 esac
 output=".build/docs"
 symbols="$output/symbol-graphs"
-# MainOnce has 5 articles and about 70 symbol pages; far fewer means docc saw no symbol graph.
+# MainOnce has 6 articles and about 70 symbol pages; far fewer means docc saw no symbol graph.
 minimum_pages=50
 
 fail() {
@@ -35,14 +37,22 @@ fail() {
   exit 1
 }
 
-extracted="$(swift package dump-symbol-graph --emit-extension-block-symbols 2>&1)" ||
-  { printf '%s\n' "$extracted" >&2; fail "swift package dump-symbol-graph failed"; }
-graphs="$(sed -n 's/^Files written to //p' <<<"$extracted" | tail -1)"
-[[ -n $graphs && -f "$graphs/MainOnce.symbols.json" ]] ||
-  { printf '%s\n' "$extracted" >&2; fail "no symbol graph for MainOnce (looked in '${graphs}')"; }
+built="$(swift build --target MainOnce 2>&1)" ||
+  { printf '%s\n' "$built" >&2; fail "swift build --target MainOnce failed"; }
+bin="$(swift build --show-bin-path)"
+triple="$(basename "$(dirname "$bin")")" # .build/<triple>/debug
+# MainOnce imports the C shim: its module map is the one SwiftPM generated for the build.
+shim_map="$bin/_CMainOnceShims.build/module.modulemap"
+[[ -f $shim_map ]] || fail "no module map for _CMainOnceShims at $shim_map"
 rm -rf "$symbols" && mkdir -p "$symbols"
 # Only MainOnce's own graphs: the package's other targets (demo, tests, fixtures) have none to show.
-cp "$graphs"/MainOnce.symbols.json "$graphs"/MainOnce@*.symbols.json "$symbols"/
+extracted="$(swift symbolgraph-extract -module-name MainOnce -target "$triple" \
+  -I "$bin/Modules" -module-cache-path "$bin/ModuleCache" \
+  -Xcc -fmodule-map-file="$shim_map" -Xcc -I -Xcc Sources/_CMainOnceShims/include \
+  -minimum-access-level public -emit-extension-block-symbols -output-dir "$symbols" 2>&1)" ||
+  { printf '%s\n' "$extracted" >&2; fail "swift symbolgraph-extract failed for MainOnce"; }
+[[ -f "$symbols/MainOnce.symbols.json" ]] ||
+  { printf '%s\n' "$extracted" >&2; fail "no symbol graph for MainOnce in $symbols"; }
 
 # The archive or website at $1 must have the symbol pages, not only the articles.
 check_symbol_pages() {
