@@ -21,7 +21,9 @@ let package = Package(
     // The kernel thread id, which the GTK example prints to show where its setup ran.
     .target(name: "CThreadID"),
     .target(name: "GLibRecipe", dependencies: ["CGLib", mainOnce]),
-    .target(name: "SDLRecipe", dependencies: ["CSDL2", mainOnce]),
+    // The SDL and libuv recipes, each in an executable that runs it once and checks it (CI runs
+    // them, the SDL one under SDL's dummy video driver).
+    .executableTarget(name: "SDLRecipe", dependencies: ["CSDL2", "CThreadID", mainOnce]),
     .target(name: "LibuvRecipe", dependencies: ["CLibuv", mainOnce]),
     .executableTarget(name: "MainOnceGTKExample", dependencies: ["CGTK4", "CThreadID", mainOnce]),
   ],
