@@ -24,7 +24,7 @@ let package = Package(
     // The SDL and libuv recipes, each in an executable that runs it once and checks it (CI runs
     // them, the SDL one under SDL's dummy video driver).
     .executableTarget(name: "SDLRecipe", dependencies: ["CSDL2", "CThreadID", mainOnce]),
-    .target(name: "LibuvRecipe", dependencies: ["CLibuv", mainOnce]),
+    .executableTarget(name: "LibuvRecipe", dependencies: ["CLibuv", "CThreadID", mainOnce]),
     .executableTarget(name: "MainOnceGTKExample", dependencies: ["CGTK4", "CThreadID", mainOnce]),
   ],
   swiftLanguageModes: [.v6]
