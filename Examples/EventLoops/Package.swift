@@ -2,8 +2,9 @@
 // The documentation's event-loop recipes, compiled verbatim against the real GLib, GTK 4, SDL 2
 // and libuv headers (found with pkg-config), and a GTK 4 application that runs on its own GLib
 // main loop and serves the main queue with MainQueueDriver. `swift test` in the main package
-// checks that each recipe appears here line for line; CI builds this package and runs the GTK
-// application under Xvfb.
+// checks that each recipe appears here line for line; CI builds this package, runs the GTK
+// application under Xvfb, and runs the SDL and libuv recipes (SDLRecipe, LibuvRecipe), which
+// check what they promise.
 //
 // Needs the libraries' development packages. On Debian or Ubuntu:
 //   apt-get install libglib2.0-dev libgtk-4-dev libsdl2-dev libuv1-dev
