@@ -2,8 +2,9 @@
 // The documentation's event-loop recipes, compiled verbatim against the real GLib, GTK 4, SDL 2
 // and libuv headers (found with pkg-config), and a GTK 4 application that runs on its own GLib
 // main loop and serves the main queue with MainQueueDriver. `swift test` in the main package
-// checks that each recipe appears here line for line; CI builds this package and runs the GTK
-// application under Xvfb.
+// checks that each recipe appears here line for line; CI builds this package, runs the GTK
+// application under Xvfb, and runs the SDL and libuv recipes (SDLRecipe, LibuvRecipe), which
+// check what they promise.
 //
 // Needs the libraries' development packages. On Debian or Ubuntu:
 //   apt-get install libglib2.0-dev libgtk-4-dev libsdl2-dev libuv1-dev
@@ -21,8 +22,10 @@ let package = Package(
     // The kernel thread id, which the GTK example prints to show where its setup ran.
     .target(name: "CThreadID"),
     .target(name: "GLibRecipe", dependencies: ["CGLib", mainOnce]),
-    .target(name: "SDLRecipe", dependencies: ["CSDL2", mainOnce]),
-    .target(name: "LibuvRecipe", dependencies: ["CLibuv", mainOnce]),
+    // The SDL and libuv recipes, each in an executable that runs it once and checks it (CI runs
+    // them, the SDL one under SDL's dummy video driver).
+    .executableTarget(name: "SDLRecipe", dependencies: ["CSDL2", "CThreadID", mainOnce]),
+    .executableTarget(name: "LibuvRecipe", dependencies: ["CLibuv", "CThreadID", mainOnce]),
     .executableTarget(name: "MainOnceGTKExample", dependencies: ["CGTK4", "CThreadID", mainOnce]),
   ],
   swiftLanguageModes: [.v6]
