@@ -50,8 +50,9 @@ struct FixtureProcess {
       .deletingLastPathComponent()
   }()
 
-  /// Runs `executable` with `arguments` and `environment` added to this process's environment,
-  /// for at most `timeout` times the time scale, which the child is given too.
+  /// Runs `executable` (a product's name, or an absolute path) with `arguments` and
+  /// `environment` added to this process's environment, for at most `timeout` times the time
+  /// scale, which the child is given too.
   ///
   /// Crash backtraces are off unless `environment` turns them on: scenarios that stop the
   /// process only need its message, and the backtracer takes a while (and under
@@ -62,7 +63,9 @@ struct FixtureProcess {
     environment: [String: String] = [:],
     timeout: Duration = .seconds(30)
   ) async throws -> Outcome {
-    let path = productsDirectory.appendingPathComponent(executable).path
+    let path =
+      executable.hasPrefix("/")
+      ? executable : productsDirectory.appendingPathComponent(executable).path
     let variables = ProcessInfo.processInfo.environment
       .merging(["SWIFT_BACKTRACE": "enable=no", TimeScale.variable: "\(TimeScale.factor)"]) {
         $1
