@@ -17,6 +17,8 @@ let usage =
   + ServiceScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture regression "
   + RegressionScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture detector "
+  + DetectorScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture engine "
   + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
 
@@ -42,6 +44,15 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "service",
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "regression",
   let scenario = RegressionScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
+}
+
+// Where `/proc` is hidden, Swift reads no arguments: `FIXTURE_DETECTOR_SCENARIO` names the
+// scenario then.
+if let name = CommandLine.arguments.count == 3 && CommandLine.arguments[1] == "detector"
+  ? CommandLine.arguments[2] : ProcessInfo.processInfo.environment["FIXTURE_DETECTOR_SCENARIO"],
+  let scenario = DetectorScenario(rawValue: name)
 {
   scenario.run()
 }

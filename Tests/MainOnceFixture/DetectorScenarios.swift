@@ -1,0 +1,390 @@
+import Dispatch
+import Foundation
+@_spi(Instrumentation) import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Scenarios for a deadlock detector that stops only on a structural proof:
+/// `MainOnceFixture detector <scenario>`. Run by `StructuralProofTests`, which says what each
+/// must do.
+///
+/// Those that must go on print `PASS …` when they end as they must; those that MainOnce must
+/// stop never print it. Every scenario is bounded by the fixture's watchdog (`FIXTURE_TIMEOUT`
+/// overrides its limit of 20 s); every bound is scaled (``TimeScale``). Lengths that are part of
+/// what a scenario shows (a wait's deadline against the stall timeout) are not scaled.
+///
+/// `FIXTURE_REPORT_HANDLER=1` installs a report handler that writes
+/// `HANDLER <kind> stops=<stopsProcess> <first line>` to standard output and the whole report to
+/// standard error, both unbuffered.
+enum DetectorScenario: String, CaseIterable {
+  /// A thread performing `job` hands part of it to a helper that performs `job` too, then waits
+  /// for `job` with `semaphore.wait(for:)`: the helper finishes after 300 ms.
+  case helperPerformsTheJob
+  /// As `helperPerformsTheJob`, waiting with `group.wait(for:)`.
+  case helperPerformsTheJobGroup
+  /// Main-queue code waits in `semaphore.wait(for: job)`; one performer of `job` waits for the
+  /// main queue in `onceOnMain`, the other signals after 300 ms (scaled): one signal suffices.
+  case firstOfTwoPerformers
+  /// Main-queue code runs `withTrackedWait(for: loader) { sem.wait(timeout: .now() + 3) }`
+  /// while the thread performing `loader` waits for the main queue in `onceOnMain`: the
+  /// closure's wait ends by itself at 3 s, and the program goes on.
+  case trackedWaitEndsByItself
+  /// As `trackedWaitEndsByItself`, with a deadline of 1.5 s (the stall timeout is 1 s).
+  case trackedWaitEndsByItselfSoon
+  /// As `trackedWaitEndsByItself`, with `semaphore.wait(for: loader, timeout: .now() + 3)`
+  /// instead of the closure: a timed wait in a cycle.
+  case timedWaitEndsByItself
+  /// Under `service` (from the environment), 3,000 rounds: main-queue code waits in
+  /// `semaphore.wait(for:)` for a worker that signals, then at once calls
+  /// `DispatchQueue.main.trackedSync {}`, before the main queue's thread has woken up.
+  case signalThenSyncOnMain
+  /// As `signalThenSyncOnMain`, with a `runOnce(for:)` site around main-queue code's wait that
+  /// the worker then calls too, waiting for the main queue's thread to finish running it.
+  case signalThenRunOnceOnMain
+  /// With the stall response `abort` and a 0.3 s stall timeout, set in code, main-queue code
+  /// blocks 2 s in a raw semaphore wait while a worker waits in `onceOnMain`; the report handler
+  /// raises the stall timeout to 10 s at the first report. The program recovers at 2 s.
+  case raisedStallTimeout
+  /// With the stall response `abort` and a 3 s stall timeout, main-queue code blocks for good
+  /// in a raw semaphore wait while a worker waits in `onceOnMain`; the report handler lowers
+  /// the stall timeout to 100 ms at the first report. The process is stopped.
+  case loweredStallTimeoutAfterReport
+  /// Main-queue code waits in `semaphore.wait(for: worker)`; then the worker waits in
+  /// `semaphore.wait(for: mainQueue)`, closing a cycle of untimed tracked waits. Must stop,
+  /// whether MainOnce may read `/proc` or not (`MAINONCE_PROC=off`).
+  case cycleClosedByWorker
+  /// Under `service`, 50 rounds: main-queue code waits in `semaphore.wait(for:)` for a worker
+  /// that signals once the main queue's thread sleeps. Prints the median and the largest time
+  /// from the signal to the wait's return: `PASS median=<µs> max=<µs>`.
+  case serviceSignalLatency
+  /// Under `service`, main-queue code waits in `semaphore.wait(for:)` for a target nobody
+  /// performs, while the thread that will signal waits in `onceOnMain`: nothing in the graph
+  /// links the two, and the wait must serve the initializer anyway.
+  case serviceUnlinkedSemaphore
+  /// As `serviceUnlinkedSemaphore`, with `group.wait(for:)`.
+  case serviceUnlinkedGroup
+  /// A stall timeout of 100 ms and a report handler that never returns from a stall report;
+  /// after the first stall report, main-queue code closes a cycle of untimed waits. The cycle
+  /// report must reach the handler and stop the process.
+  case stuckReportHandler
+  /// Under `dispatchMain()`, a worker calls `onceOnMain` once; then the process idles and
+  /// counts its threads and their context switches over 1.2 s:
+  /// `PASS threads=<n> wakeups=<n> busy=<thread>:<switches>,…`.
+  case idleAfterFirstCall
+  /// As `idleAfterFirstCall`, with a bare `DispatchQueue.main.async` and a semaphore instead of
+  /// `onceOnMain`: the same program without MainOnce.
+  case idleWithoutMainOnce
+
+  enum Tokens {
+    static let token = MainOnceToken("detector scenario")
+  }
+
+  func run() -> Never {
+    let limit = ProcessInfo.processInfo.environment["FIXTURE_TIMEOUT"].flatMap { Int($0) }
+    Watchdog.start(seconds: limit ?? 20)
+    if ProcessInfo.processInfo.environment["FIXTURE_REPORT_HANDLER"] == "1" {
+      DeadlockDetection.reportHandler = printReport
+    }
+    switch self {
+    case .helperPerformsTheJob, .helperPerformsTheJobGroup:
+      let job = WaitTarget.work("job")
+      Thread {
+        job.perform {
+          let done = DispatchSemaphore(value: 0)
+          let group = DispatchGroup()
+          group.enter()
+          Thread {
+            job.perform { usleep(300_000) }
+            done.signal()
+            group.leave()
+          }.start()
+          if self == .helperPerformsTheJob { done.wait(for: job) } else { group.wait(for: job) }
+        }
+        verdict(true, "the helper finished the job")
+      }.start()
+    case .firstOfTwoPerformers:
+      let job = WaitTarget.work("job")
+      let done = DispatchSemaphore(value: 0)
+      let performing = DispatchSemaphore(value: 0)
+      let needsMainQueueFinished = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread {
+          job.perform { onceOnMain(token: Tokens.token) {} }
+          needsMainQueueFinished.signal()
+        }.start()
+        Thread {
+          job.perform {
+            performing.signal()
+            usleep(TimeScale.microseconds(300_000))
+          }
+          done.signal()
+        }.start()
+        guard waitUntilParked(),
+          performing.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+        else { verdict(false, "the performers did not start") }
+        done.wait(for: job)
+        DispatchQueue.global().async {
+          let finished = needsMainQueueFinished.wait(timeout: .now() + TimeScale.seconds(10))
+          verdict(finished == .success, "the first performer finished; the other one: \(finished)")
+        }
+      }
+    case .trackedWaitEndsByItself, .trackedWaitEndsByItselfSoon, .timedWaitEndsByItself:
+      let loader = WaitTarget.work("loader")
+      let finished = DispatchSemaphore(value: 0)
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread {
+          loader.perform { onceOnMain(token: Tokens.token) {} }
+          finished.signal()
+        }.start()
+        guard waitUntilParked() else { verdict(false, "the worker never waited") }
+        let result: DispatchTimeoutResult
+        switch self {
+        case .trackedWaitEndsByItselfSoon:
+          result = withTrackedWait(for: loader) { never.wait(timeout: .now() + 1.5) }
+        case .timedWaitEndsByItself:
+          result = never.wait(for: loader, timeout: .now() + 3)
+        default:
+          result = withTrackedWait(for: loader) { never.wait(timeout: .now() + 3) }
+        }
+        DispatchQueue.global().async {
+          let worker = finished.wait(timeout: .now() + TimeScale.seconds(10))
+          verdict(worker == .success, "the wait ended: \(result); the worker: \(worker)")
+        }
+      }
+    case .signalThenSyncOnMain, .signalThenRunOnceOnMain:
+      Thread {
+        let worker = WaitTarget.currentThread
+        let rounds = 3_000
+        for round in 0..<rounds {
+          let signal = DispatchSemaphore(value: 0)
+          let returned = DispatchSemaphore(value: 0)
+          let site = Site()
+          if self == .signalThenSyncOnMain {
+            DispatchQueue.main.async {
+              signal.wait(for: worker)
+              returned.signal()
+            }
+            usleep(200)  // the main queue's thread is on its way into its wait, or in it
+            signal.signal()
+            DispatchQueue.main.trackedSync {}
+          } else {
+            DispatchQueue.main.async {
+              oneStep(for: site) { signal.wait(for: worker) }
+              returned.signal()
+            }
+            usleep(200)
+            signal.signal()
+            oneStep(for: site) {}
+          }
+          guard returned.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+            verdict(false, "round \(round) did not return within \(TimeScale.seconds(5)) s")
+          }
+        }
+        verdict(true, "\(rounds) rounds")
+      }.start()
+    case .raisedStallTimeout, .loweredStallTimeoutAfterReport:
+      let raises = self == .raisedStallTimeout
+      DeadlockDetection.stallResponse = .abort
+      DeadlockDetection.setStallTimeout(raises ? .milliseconds(300) : .seconds(3))
+      let reported = Atomic(false)
+      DeadlockDetection.reportHandler = { report in
+        if report.kind == .stall, !reported.exchange(true, ordering: .relaxed) {
+          DeadlockDetection.stallTimeout = raises ? .seconds(10) : .milliseconds(100)
+        }
+        printReport(report)
+      }
+      let never = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        Thread { callAndFinish() }.start()
+        _ = never.wait(timeout: .now() + (raises ? 2 : TimeScale.seconds(30)))
+      }
+    case .cycleClosedByWorker:
+      let worker = WaitTarget.work("worker")
+      let waits = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        let mainQueue = WaitTarget.queue(.main)
+        let never = DispatchSemaphore(value: 0)
+        let neither = DispatchSemaphore(value: 0)
+        Thread {
+          // Once main-queue code is in its wait: without `/proc`, a fixed pause after it
+          // says it is about to wait.
+          _ = waits.wait(timeout: .now() + TimeScale.seconds(10))
+          usleep(TimeScale.microseconds(200_000))
+          worker.perform { neither.wait(for: mainQueue) }
+          verdict(true, "the worker's wait returned")
+        }.start()
+        waits.signal()
+        never.wait(for: worker)
+        verdict(true, "the cycle went unnoticed")
+      }
+    case .serviceSignalLatency:
+      DeadlockDetection.cycleResponse = .service
+      Thread {
+        let worker = WaitTarget.currentThread
+        var latencies: [UInt64] = []
+        for round in 0..<50 {
+          let signal = DispatchSemaphore(value: 0)
+          let returned = DispatchSemaphore(value: 0)
+          let mainQueueThread = Atomic<Int32>(0)
+          let returnedAt = Atomic<UInt64>(0)
+          DispatchQueue.main.async {
+            mainQueueThread.store(KernelThread.current, ordering: .releasing)
+            signal.wait(for: worker)
+            returnedAt.store(DispatchTime.now().uptimeNanoseconds, ordering: .releasing)
+            returned.signal()
+          }
+          // Once the main queue's thread sleeps in its wait, and a little longer: the signal
+          // must find the wait settled, however it waits.
+          _ = waitUntil {
+            let thread = mainQueueThread.load(ordering: .acquiring)
+            return thread != 0 && KernelThread.isAsleep(thread)
+          }
+          usleep(5_000)
+          let signalledAt = DispatchTime.now().uptimeNanoseconds
+          signal.signal()
+          guard returned.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+            verdict(false, "round \(round): the signalled wait did not return")
+          }
+          latencies.append(returnedAt.load(ordering: .acquiring) &- signalledAt)
+        }
+        latencies.sort()
+        verdict(
+          true, "median=\(latencies[latencies.count / 2] / 1_000) max=\(latencies.last! / 1_000)")
+      }.start()
+    case .serviceUnlinkedSemaphore, .serviceUnlinkedGroup:
+      DeadlockDetection.cycleResponse = .service
+      let elsewhere = WaitTarget.work("elsewhere")
+      let ranInsideTheWait = Atomic(false)
+      let waiting = Atomic(false)
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        let group = DispatchGroup()
+        group.enter()
+        Thread {
+          onceOnMain(token: Tokens.token) {
+            ranInsideTheWait.store(waiting.load(ordering: .acquiring), ordering: .relaxed)
+          }
+          done.signal()
+          group.leave()
+        }.start()
+        guard waitUntilParked() else { verdict(false, "the worker never waited") }
+        waiting.store(true, ordering: .releasing)
+        if self == .serviceUnlinkedSemaphore {
+          done.wait(for: elsewhere)
+        } else {
+          group.wait(for: elsewhere)
+        }
+        verdict(
+          ranInsideTheWait.load(ordering: .relaxed),
+          "the wait ended; insideTheWait=\(ranInsideTheWait.load(ordering: .relaxed))")
+      }
+    case .stuckReportHandler:
+      DeadlockDetection.setStallTimeout(.milliseconds(100))
+      let stuck = DispatchSemaphore(value: 0)
+      let never = DispatchSemaphore(value: 0)
+      DeadlockDetection.reportHandler = { report in
+        printReport(report)
+        if report.kind == .stall {
+          stuck.signal()
+          _ = never.wait(timeout: .now() + 3_600)  // never returns, for this test's purposes
+        }
+      }
+      let loader = WaitTarget.work("loader")
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+          loader.perform { onceOnMain(token: Tokens.token) {} }
+          done.signal()
+        }.start()
+        // The worker's wait for the main queue is reported as a stall, to the handler, which
+        // does not return; main-queue code then closes the cycle.
+        guard stuck.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+          verdict(false, "no stall report reached the handler")
+        }
+        done.wait(for: loader)
+        verdict(true, "the cycle went unnoticed")
+      }
+    case .idleAfterFirstCall, .idleWithoutMainOnce:
+      Thread {
+        if self == .idleAfterFirstCall {
+          onceOnMain(token: Tokens.token) {}
+        } else {
+          let hop = DispatchSemaphore(value: 0)
+          DispatchQueue.main.async { hop.signal() }
+          hop.wait()
+        }
+        // Whatever the call started settles; then nothing happens for 1.2 s.
+        usleep(300_000)
+        let me = KernelThread.current
+        let before = contextSwitches(except: me)
+        usleep(1_200_000)
+        let after = contextSwitches(except: me)
+        let woken = after.compactMap { thread, switches -> (Int32, Int)? in
+          let count = switches - (before[thread] ?? 0)
+          return count > 0 ? (thread, count) : nil
+        }.sorted { $0.0 < $1.0 }
+        let wakeups = woken.map(\.1).reduce(0, +)
+        verdict(
+          true,
+          "threads=\(after.count) wakeups=\(wakeups) busy="
+            + woken.map { "\($0.0):\($0.1)" }.joined(separator: ","))
+      }.start()
+    }
+    dispatchMain()
+  }
+}
+
+/// One `runOnce(for:)` call site, whose body is `body`: every caller shares it.
+private func oneStep(for site: Site, _ body: () -> Void) {
+  runOnce(for: site) { body() }
+}
+
+/// An object to scope one round's `runOnce(for:)` to.
+private final class Site: Sendable {}
+
+/// Writes `HANDLER <kind> stops=<stopsProcess> <first line>` to standard output and the report
+/// to standard error, unbuffered.
+@Sendable private func printReport(_ report: DeadlockReport) {
+  let firstLine = report.text.prefix(while: { $0 != "\n" })
+  FileHandle.standardOutput.write(
+    Data("HANDLER \(report.kind) stops=\(report.stopsProcess) \(firstLine)\n".utf8))
+  FileHandle.standardError.write(Data((report.text + "\n").utf8))
+}
+
+/// Each thread of this process but `excluded`, with its context switches so far (voluntary
+/// and involuntary, from `/proc/self/task/<tid>/status`): how often it has been woken up.
+private func contextSwitches(except excluded: Int32) -> [Int32: Int] {
+  let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+  var switches: [Int32: Int] = [:]
+  for task in tasks {
+    guard let thread = Int32(task), thread != excluded,
+      let status = try? String(contentsOfFile: "/proc/self/task/\(task)/status", encoding: .utf8)
+    else { continue }
+    switches[thread] = status.split(separator: "\n").reduce(0) { total, line in
+      guard
+        line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:")
+      else { return total }
+      return total
+        + (line.split(separator: ":").last.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+          ?? 0)
+    }
+  }
+  return switches
+}
+
+/// Calls `onceOnMain` and ends the process with a passing verdict once the initializer ran,
+/// printing first how long it waited: `CALLER waited <seconds> s`.
+private func callAndFinish() -> Never {
+  var ran = false
+  let start = ContinuousClock.now
+  onceOnMain(token: DetectorScenario.Tokens.token) { ran = true }
+  let (seconds, attoseconds) = (ContinuousClock.now - start).components
+  print("CALLER waited \(Double(seconds) + Double(attoseconds) / 1e18) s")
+  DispatchQueue.main.async { [ran] in verdict(true, "initializer ran: \(ran)") }
+  while true { pause() }
+}
