@@ -1,0 +1,246 @@
+import Foundation
+import MainOnceFixtureSupport
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The deadlock detector stops a process only on a structural proof: a cycle whose every edge
+/// is an untimed wait MainOnce performs itself. Anything else (a closure it cannot see into, a
+/// wait with a deadline, what `/proc` says, timing) is reported at most, and a program that
+/// would recover does. One fixture process per scenario (`MainOnceFixture detector …`).
+///
+/// Bounds only catch what never comes, and are scaled (``TimeScale``); assertions about time say
+/// what is promised ("stopped, not timed out", "within the new timeout of the change, give or
+/// take a scaled second").
+@Suite("Deadlock stops need a structural proof")
+struct StructuralProofTests {
+  private static let fixtureFile = "MainOnceFixture/DetectorScenarios.swift"
+
+  private func run(_ scenario: String, _ environment: [String: String] = [:]) async throws
+    -> FixtureProcess.Outcome
+  { try await FixtureProcess.scenario("detector", scenario, environment: environment) }
+
+  @Test(
+    "a program that would recover by itself is never stopped",
+    arguments: [
+      // The waiter performs the job it waits for: it is not its own blocker.
+      ("helperPerformsTheJob", [:], "PASS the helper finished the job"),
+      ("helperPerformsTheJobGroup", [:], "PASS the helper finished the job"),
+      // A wait for work ends when any performer finishes it.
+      ("firstOfTwoPerformers", [:], "PASS the first performer finished; the other one: success"),
+      // A closure MainOnce cannot see into ends its wait by itself, after the stall timeout.
+      ("trackedWaitEndsByItself", [:], "PASS the wait ended: timedOut; the worker: success"),
+      ("trackedWaitEndsByItselfSoon", [:], "PASS the wait ended: timedOut; the worker: success"),
+      // A signalled semaphore wait looks blocked from outside until its thread wakes up.
+      ("signalThenSyncOnMain", ["MAINONCE_DEADLOCK": "service"], "PASS 3000 rounds"),
+      ("signalThenRunOnceOnMain", ["MAINONCE_DEADLOCK": "service"], "PASS 3000 rounds"),
+    ] as [(String, [String: String], String)])
+  func recoveringProgramsFinish(
+    _ scenario: String, _ environment: [String: String], _ verdict: String
+  ) async throws {
+    let outcome = try await run(scenario, environment)
+    #expect(!outcome.timedOut)
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == verdict, "\(outcome.standardError)")
+    #expect(!outcome.standardError.contains("deadlock detected"), "\(outcome.standardError)")
+    #expect(!outcome.standardError.contains("Fatal error"))
+  }
+
+  @Test("a stall timeout raised after the first report spares a main queue that recovers")
+  func raisedStallTimeout() async throws {
+    let outcome = try await run("raisedStallTimeout")
+    #expect(!outcome.timedOut)
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS initializer ran: true", "\(outcome.standardError)")
+    // The first report came under the 300 ms timeout, and raised it to 10 s: the main queue
+    // blocks 2 s in all, so no later look may stop it.
+    #expect(outcome.standardOutput.contains("HANDLER stall stops=false MainOnce: "))
+    #expect(!outcome.standardOutput.contains("stops=true"), "\(outcome.standardOutput)")
+    #expect(!outcome.standardError.contains("Fatal error"), "\(outcome.standardError)")
+  }
+
+  @Test(
+    "a cycle through a wait MainOnce cannot see into is reported with both edges, not stopped",
+    arguments: [
+      ("trackedWaitEndsByItself", "withTrackedWait(for:)"),
+      ("timedWaitEndsByItself", "DispatchSemaphore.wait(for:timeout:)"),
+    ])
+  func opaqueCycleIsReported(_ scenario: String, _ operation: String) async throws {
+    let outcome = try await run(scenario, ["FIXTURE_REPORT_HANDLER": "1"])
+    #expect(!outcome.timedOut)
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS the wait ended: timedOut; the worker: success")
+    #expect(
+      outcome.standardOutput.contains("HANDLER cycle stops=false MainOnce: possible deadlock"),
+      "\(outcome.standardOutput)")
+    #expect(!outcome.standardOutput.contains("stops=true"))
+    let lines = outcome.standardError.split(separator: "\n").map(String.init)
+    let start = try #require(
+      lines.firstIndex { $0.hasPrefix("MainOnce: possible deadlock") },
+      "\(outcome.standardError)")
+    let edges = lines[(start + 1)...].prefix { $0.hasPrefix("  ") }
+    #expect(edges.count == 2, "\(edges)")
+    let site = "at \(Self.fixtureFile):"
+    #expect(
+      edges.contains {
+        $0.contains(" (holds the main queue) waits for work \"loader\" in \(operation) \(site)")
+          && $0.hasSuffix(", which performs it")
+      }, "\(edges)")
+    #expect(
+      edges.contains {
+        $0.contains(" waits for the initializer of token \"detector scenario\" (")
+          && $0.contains(" in onceOnMain(token:) \(site)")
+          && $0.hasSuffix(", which holds the main queue")
+      }, "\(edges)")
+    #expect(!outcome.standardError.contains("deadlock detected"))
+    #expect(!outcome.standardError.contains("Fatal error"))
+  }
+
+  @Test("a cycle of untimed tracked waits closed by the worker stops without /proc")
+  func cycleStopsWithoutProc() async throws {
+    let outcome = try await run(
+      "cycleClosedByWorker", ["MAINONCE_PROC": "off", "FIXTURE_TIMEOUT": "5"])
+    try expectStoppedCycle(outcome)
+  }
+
+  /// The same with `/proc` really hidden (`unshare -Urm`, a tmpfs over `/proc`), where this
+  /// machine allows it: nothing MainOnce reads there may decide the stop.
+  @Test(
+    "a cycle of untimed tracked waits closed by the worker stops with /proc hidden",
+    .enabled("unshare -Urm can mount over /proc here", canHideProc))
+  func cycleStopsWithProcHidden() async throws {
+    let fixture = FixtureProcess.productsDirectory.appendingPathComponent("MainOnceFixture").path
+    let outcome = try await FixtureProcess.run(
+      "/usr/bin/unshare",
+      ["-Urm", "/bin/sh", "-c", "mount -t tmpfs none /proc && exec \"$0\"", fixture],
+      environment: [
+        "FIXTURE_DETECTOR_SCENARIO": "cycleClosedByWorker", "FIXTURE_TIMEOUT": "5",
+      ])
+    try expectStoppedCycle(outcome)
+  }
+
+  private func expectStoppedCycle(
+    _ outcome: FixtureProcess.Outcome, sourceLocation: SourceLocation = #_sourceLocation
+  ) throws {
+    #expect(!outcome.timedOut, sourceLocation: sourceLocation)
+    #expect(
+      !outcome.standardOutput.contains("PASS"), "\(outcome.standardOutput)",
+      sourceLocation: sourceLocation)
+    #expect(
+      !outcome.standardOutput.contains("FAIL timed out"), "\(outcome.standardError)",
+      sourceLocation: sourceLocation)
+    #expect(outcome.status != 0, sourceLocation: sourceLocation)
+    let lines = try #require(
+      stoppingReport(in: outcome.standardError, from: Self.fixtureFile),
+      "\(outcome.standardError)", sourceLocation: sourceLocation)
+    #expect(lines.first == "MainOnce: deadlock detected", sourceLocation: sourceLocation)
+    let edges = lines.dropFirst().prefix { $0.hasPrefix("  ") }
+    #expect(edges.count == 2, "\(edges)", sourceLocation: sourceLocation)
+    #expect(
+      edges.allSatisfy { $0.contains(" in DispatchSemaphore.wait(for:) at \(Self.fixtureFile):") },
+      "\(edges)", sourceLocation: sourceLocation)
+  }
+
+  /// The promise is 1 ms from the signal to the wait's return. On a loaded machine the
+  /// scheduler alone may take longer to wake any thread, so what is held to the promise is what
+  /// the tracked wait adds to a plain semaphore wait measured in interleaved rounds beside it:
+  /// the difference of the medians of 50 rounds each (scaled).
+  @Test("under service, a signalled main-queue semaphore wait returns within a millisecond")
+  func serviceSignalLatency() async throws {
+    let outcome = try await run("serviceSignalLatency", ["MAINONCE_DEADLOCK": "service"])
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    let median = try #require(outcome.value("median").flatMap { Double($0) }, "\(outcome.verdict)")
+    let plain = try #require(
+      outcome.value("plainMedian").flatMap { Double($0) }, "\(outcome.verdict)")
+    #expect(median - plain <= 1_000 * TimeScale.factor, "in µs: \(outcome.verdict)")
+  }
+
+  @Test(
+    "under service, a main-queue semaphore or group wait runs queued initializers whatever the graph says",
+    arguments: ["serviceUnlinkedSemaphore", "serviceUnlinkedGroup"])
+  func serviceServesUnlinkedWaits(_ scenario: String) async throws {
+    let outcome = try await run(
+      scenario, ["MAINONCE_DEADLOCK": "service", "FIXTURE_TIMEOUT": "5"])
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS the wait ended; insideTheWait=true", "\(outcome.verdict)")
+  }
+
+  @Test("a lowered stall timeout applies to a stall in progress, and the stop quotes it")
+  func loweredStallTimeoutApplies() async throws {
+    let outcome = try await run("loweredStallTimeoutAfterReport")
+    #expect(!outcome.timedOut)
+    #expect(outcome.status != 0)
+    #expect(!outcome.standardOutput.contains("PASS"))
+    // Reported under the 3 s timeout; the handler lowered it to 100 ms at once.
+    let first = try #require(waited(in: outcome.standardError), "\(outcome.standardError)")
+    #expect(first >= 3.0, "first reported after \(first) s")
+    let lines = try #require(
+      stoppingReport(in: outcome.standardError, from: Self.fixtureFile),
+      "\(outcome.standardError)")
+    let stopped = try #require(waited(in: lines.joined(separator: "\n")), "\(lines)")
+    // Within max(grace, 100 ms) of the change, give or take a scaled second for the handler to
+    // run and a loaded machine: not a look scheduled under the old 3 s.
+    #expect(
+      stopped <= first + 0.1 + TimeScale.seconds(1),
+      "stopped \(stopped) s in, reported \(first) s in")
+    #expect(lines.contains { $0.contains("100 ms") }, "\(lines)")
+  }
+
+  @Test("a report handler stuck on one report holds back no other, and a cycle still stops")
+  func stuckReportHandler() async throws {
+    let outcome = try await run("stuckReportHandler", ["FIXTURE_TIMEOUT": "10"])
+    #expect(!outcome.timedOut)
+    #expect(!outcome.standardOutput.contains("PASS"))
+    #expect(!outcome.standardOutput.contains("FAIL"), "\(outcome.standardOutput)")
+    #expect(outcome.status != 0)
+    #expect(outcome.standardOutput.contains("HANDLER stall stops=false MainOnce: "))
+    #expect(
+      outcome.standardOutput.contains("HANDLER cycle stops=true MainOnce: deadlock detected"),
+      "\(outcome.standardOutput)\n\(outcome.standardError)")
+    #expect(
+      stoppingReport(in: outcome.standardError, from: Self.fixtureFile)?.first
+        == "MainOnce: deadlock detected", "\(outcome.standardError)")
+  }
+
+  /// Threads that sleep do not switch; each context switch of an idle thread is a wakeup, which
+  /// a loaded machine does not add. The control runs the same program with a bare hop to the
+  /// main queue instead of `onceOnMain`: libdispatch's own threads are in both.
+  @Test("an idle process that has used MainOnce has no thread of MainOnce's and no extra wakeups")
+  func idleProcess() async throws {
+    let control = try await run("idleWithoutMainOnce")
+    let used = try await run("idleAfterFirstCall")
+    #expect(control.status == 0, "\(control.standardOutput)")
+    #expect(used.status == 0, "\(used.standardOutput)")
+    let controlThreads = try #require(control.value("threads").flatMap { Int($0) })
+    let usedThreads = try #require(used.value("threads").flatMap { Int($0) })
+    let controlWakeups = try #require(control.value("wakeups").flatMap { Int($0) })
+    let usedWakeups = try #require(used.value("wakeups").flatMap { Int($0) })
+    #expect(usedThreads <= controlThreads, "\(used.verdict); without MainOnce: \(control.verdict)")
+    #expect(usedWakeups <= controlWakeups, "\(used.verdict); without MainOnce: \(control.verdict)")
+  }
+
+  /// How long the first `MainOnce: … has waited …` line in `text` says a caller had waited, in
+  /// seconds.
+  private func waited(in text: String) -> Double? {
+    guard
+      let match = text.firstMatch(
+        of:
+          #/MainOnce: (?:thread \d+|\d+ callers) ha(?:s|ve) waited (?:up to )?(\d+(?:\.\d)?) (ms|s)/#
+      ),
+      let number = Double(match.output.1)
+    else { return nil }
+    return match.output.2 == "ms" ? number / 1_000 : number
+  }
+}
+
+/// Whether this machine lets an unprivileged process hide `/proc` from a child:
+/// `unshare -Urm` and a tmpfs mounted over it.
+@Sendable private func canHideProc() async -> Bool {
+  guard FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare") else { return false }
+  let outcome = try? await FixtureProcess.run(
+    "/usr/bin/unshare", ["-Urm", "/bin/sh", "-c", "mount -t tmpfs none /proc"],
+    timeout: .seconds(10))
+  return outcome?.status == 0
+}
