@@ -46,8 +46,9 @@ enum DetectorScenario: String, CaseIterable {
   /// the worker then calls too, waiting for the main queue's thread to finish running it.
   case signalThenRunOnceOnMain
   /// With the stall response `abort` and a 0.3 s stall timeout, set in code, main-queue code
-  /// blocks 2 s in a raw semaphore wait while a worker waits in `onceOnMain`; the report handler
-  /// raises the stall timeout to 10 s at the first report. The program recovers at 2 s.
+  /// blocks 2 s (scaled, at most 5 s) in a raw semaphore wait while a worker waits in
+  /// `onceOnMain`; the report handler raises the stall timeout to 10 s at the first report. The
+  /// program recovers when the main queue's wait ends.
   case raisedStallTimeout
   /// With the stall response `abort` and a 3 s stall timeout, main-queue code blocks for good
   /// in a raw semaphore wait while a worker waits in `onceOnMain`; the report handler lowers
@@ -202,7 +203,9 @@ enum DetectorScenario: String, CaseIterable {
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        _ = never.wait(timeout: .now() + (raises ? 2 : TimeScale.seconds(30)))
+        // Raised: 2 s, scaled so that the first report comes meanwhile on a loaded machine,
+        // and well short of the raised 10 s timeout whatever the scale.
+        _ = never.wait(timeout: .now() + (raises ? min(TimeScale.seconds(2), 5) : 30))
       }
     case .cycleClosedByWorker:
       let worker = WaitTarget.work("worker")
