@@ -1,3 +1,4 @@
+internal import Dispatch
 internal import Synchronization
 
 /// A value built once on the main actor by an `async`, throwing builder, the first time it is
@@ -113,8 +114,10 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           return (nil, build, starts)
         }
         if let now { return continuation.resume(returning: now) }
-        if starts { start(joined!) }
-        DeadlockHooks.callerWaits(in: joined!)
+        if starts {
+          start(joined!)
+          joined!.startTimer()
+        }
       }
     } onCancel: {
       let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
@@ -128,7 +131,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         return build
       }
       guard let build else { return }
-      DeadlockHooks.callersLeft(build)
+      build.reportEndIfReported(finished: false)
       caller.continuation?.resume(returning: .cancelled)
     }
     switch outcome {
@@ -187,15 +190,15 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       case .success: .built
       case .failure(let error): .failed(error)
       }
-    DeadlockHooks.callersLeft(build)
+    build.reportEndIfReported(finished: true)
     for caller in callers { caller.continuation?.resume(returning: outcome) }
   }
 }
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
-  // This is safe because `callers`, `hasStarted` and `isOver` are only read and written under
-  // `lock`.
+  // This is safe because `callers`, `hasStarted`, `isOver` and `reportedSince` are only read
+  // and written under `lock`.
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
   /// on the slow path, for a few instructions at a time.
@@ -262,8 +265,59 @@ final class AsyncBuild: @unchecked Sendable {
   /// Set once the build runs on the main actor; until then it waits for the main queue.
   var hasStarted = false
   var isOver = false
+  /// When the oldest caller had begun to wait, once a stall report about the build was
+  /// delivered.
+  var reportedSince: UInt64?
 
   init(label: CellLabel) {
     self.label = label
+  }
+
+  /// Starts the timer after which the deadlock detector watches the build, if callers still
+  /// wait for it then.
+  func startTimer() {
+    Instrumentation.noteSubject(self)
+    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(WaitBoard.grace))) {
+      if self.stallSnapshot() != nil { Detector.watchStall(of: self) }
+    }
+  }
+
+  /// Reports the end of a reported stall, once, when the build is over (`finished`) or nobody
+  /// waits for it any more.
+  func reportEndIfReported(finished: Bool) {
+    let since = Self.lock.withLock { () -> UInt64? in
+      guard finished || callers.isEmpty else { return nil }
+      defer { reportedSince = nil }
+      return reportedSince
+    }
+    if let since { Detector.subjectEnded(self, finished: finished, waitingSince: since) }
+  }
+}
+
+extension AsyncBuild: StallSubject {
+  func stallSnapshot() -> StallSnapshot? {
+    Self.lock.withLock {
+      guard !isOver else { return nil }
+      var snapshot = StallSnapshot(
+        callers: callers.map {
+          .init(kind: .task, thread: nil, site: label.attribution!, since: $0.since)
+        },
+        obstacle: hasStarted ? .builder(since: since) : .mainQueue)
+      let startedInside = callers.filter { $0.wasStartedInside(self) }.count
+      if startedInside > 0 {
+        snapshot.notes.append(
+          "\(startedInside) of these tasks \(startedInside == 1 ? "was" : "were") started inside"
+            + " the build with Task { }: if the builder waits for one of them, it can never finish")
+      }
+      return snapshot
+    }
+  }
+
+  func claimStallReport(waitingSince: UInt64) -> Bool {
+    Self.lock.withLock {
+      guard reportedSince == nil, !isOver else { return false }
+      reportedSince = waitingSince
+      return true
+    }
   }
 }

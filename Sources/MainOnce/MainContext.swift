@@ -21,7 +21,7 @@ internal import Dispatch
 /// lock word, without trapping. Where that word cannot be read (a libdispatch whose layout
 /// MainOnce does not recognize), it falls back to `DispatchQueue.getSpecific`, the main thread
 /// and its own initializers; that fallback cannot see a `sync` nested in a main-queue block, so
-/// MainOnce then hops with `async` and lets the deadlock watchdog explain a hop that never starts.
+/// MainOnce then hops with `async` and lets a stall report explain a hop that never starts.
 public enum MainContext {
   /// Whether the calling code holds the main queue.
   ///

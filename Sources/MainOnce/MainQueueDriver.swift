@@ -30,7 +30,7 @@ internal import _CMainOnceShims
 ///
 /// With the driver, the loop is to MainOnce what `RunLoop.main.run()` is: the main thread holds
 /// the main queue, so initializers run there, in main context, on the main thread; hops reach
-/// it; and the deadlock watchdog explains a loop that stops draining. The article
+/// it; and a stall report explains a loop that stops draining. The article
 /// <doc:ServingTheMainQueue> has recipes for GLib, SDL, `poll`/`epoll` and libuv.
 ///
 /// Linux only, with libdispatch's run-loop entry points; elsewhere ``fileDescriptor`` is -1.

@@ -77,7 +77,7 @@ public func onceOnMain<Failure: Error>(
     return completionQueue.async { completion(.success(())) }
   }
   let waiter = Waiter(
-    site: CallSite(file: file, line: line),
+    site: CallSite(file: file, line: line), label: token.cell.label,
     kind: .handler { resolution in
       let outcome: Result<Void, Failure> =
         switch resolution {

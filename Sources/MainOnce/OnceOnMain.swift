@@ -55,8 +55,8 @@
 /// - Warning: This blocks the calling thread while the main queue runs `initializer`. It
 ///   deadlocks if the main queue is waiting for the calling thread: for example when main-queue
 ///   code waits on a semaphore that this thread would signal afterwards. MainOnce stops with a
-///   report when it can see the cycle (see `DispatchSemaphore.wait(for:)`) and reports waits it
-///   cannot see from a watchdog. Calling the same token from inside its own initializer stops
+///   report when it can prove the cycle (see `DispatchSemaphore.wait(for:)`), and reports a
+///   wait it cannot see into once it has lasted the stall timeout. Calling the same token from inside its own initializer stops
 ///   the process with a message that names both call sites.
 ///
 /// - Parameters:

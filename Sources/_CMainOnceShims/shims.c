@@ -28,6 +28,7 @@ extern const char *_Nullable dispatch_queue_get_label(struct dispatch_queue_s *_
 extern struct dispatch_queue_s *_Nullable dispatch_get_current_queue(void);
 extern void dispatch_release(void *object);
 extern void dispatch_set_target_queue(void *object, struct dispatch_queue_s *_Nullable queue);
+extern struct dispatch_queue_s *dispatch_get_global_queue(long identifier, unsigned long flags);
 extern int _dispatch_get_main_queue_handle_4CF(void);
 extern void _dispatch_main_queue_callback_4CF(void *_Nullable message);
 
@@ -209,6 +210,11 @@ extern void dispatch_async_f(struct dispatch_queue_s *queue, void *_Nullable con
 
 void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context)) {
   dispatch_async_f(&_dispatch_main_q, context, work);
+}
+
+void mainonce_async_overcommit(void *context, void (*work)(void *_Nullable context)) {
+  // DISPATCH_QUEUE_OVERCOMMIT, libdispatch's private flag for the overcommit root queues.
+  dispatch_async_f(dispatch_get_global_queue(0, 0x2ull), context, work);
 }
 
 void mainonce_main_queue_drain(void) {

@@ -2,22 +2,29 @@ internal import Synchronization
 
 /// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe.
 ///
-/// MainOnce keeps a wait-for graph of the waits it can see: threads blocked in
-/// ``onceOnMain(token:file:line:_:)`` or on a ``MainLazy``, and tracked waits such as
-/// ``withTrackedWait(for:file:line:_:)`` and `DispatchSemaphore.wait(for:file:line:)`. Before a
-/// thread blocks, MainOnce checks whether the wait would close a cycle (the main queue waits for
-/// the caller while the caller waits for the main queue). Only a wait with no deadline counts,
-/// and another thread's tracked wait only while `/proc` says the thread sleeps in it (not one it
-/// has just been released from), as does a ``withTrackedWait(for:file:line:_:)`` closure that
-/// closes a cycle (it may compute before it blocks): such a cycle can never end, and by default
-/// MainOnce stops the process with a report that lists every edge.
+/// Threads publish the waits MainOnce performs for them: blocked callers of
+/// ``onceOnMain(token:file:line:_:)``, of a ``MainLazy``, of `onceOnMain(for:)` and
+/// `runOnce(for:)`, and the tracked waits (`DispatchSemaphore.wait(for:)`,
+/// `DispatchGroup.wait(for:)`, `DispatchQueue.trackedSync`, ``withTrackedWait(for:file:line:_:)``).
+/// Publishing is a store; a wait that ends within its grace (50 ms) runs none of the detector's
+/// code, and MainOnce keeps no thread of its own. A wait that outlives its grace looks, every
+/// 25 ms on its own thread, at the wait-for graph:
 ///
-/// Waits MainOnce cannot see, such as a raw `semaphore.wait()` on the main queue, are caught by
-/// a watchdog. When the callers of an initializer that runs in main context, in any form
-/// (blocked threads, suspended tasks, completion handlers), have waited ``stallTimeout``, it
-/// reads what the thread in the way is doing from `/proc/self/task/<tid>` and reports it, once
-/// per cell. By default the wait goes on, because a busy or sleeping main queue may still get to
-/// it.
+/// - **A deadlock is stopped only on a structural proof**: every wait on it is one MainOnce
+///   performs without a deadline, each blocker is known for certain (a once-cell's runner, the
+///   main queue's holder read from libdispatch, a serial queue's owner, a thread the waiter
+///   named, every performer of a unit of work), and each wait shows it is blocked: a once-cell
+///   caller until it is resolved, `trackedSync` until its work starts, a semaphore or group wait
+///   by a wait slice that began after the deadlock was seen and timed out. Such a deadlock is
+///   stopped (``cycleResponse``) within about 100 ms of forming, whichever thread closes it,
+///   with a report that lists every wait. `/proc` plays no part.
+/// - **A deadlock through a wait MainOnce cannot see into** (a ``withTrackedWait(for:file:line:_:)``
+///   closure, a wait with a deadline) is reported once ("MainOnce: possible deadlock"), and
+///   waiting goes on.
+/// - **A stall**: once the callers of an initializer that runs in main context, in any form
+///   (blocked threads, suspended tasks, completion handlers), have waited ``stallTimeout``, it is
+///   reported once, with what the thread in the way is doing, read from `/proc/self/task/<tid>`
+///   where it can be. By default the wait goes on; see ``stallResponse``.
 ///
 /// The defaults can be changed in code, or before the process starts with environment
 /// variables:
@@ -26,10 +33,11 @@ internal import Synchronization
 ///   ``stallResponse`` (`service` applies to cycles; stalls are then reported).
 /// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout``: a decimal number from 0.001 to
 ///   86400.
+/// - `MAINONCE_PROC=off` makes MainOnce read nothing from `/proc`, as where it is not readable.
 ///
 /// A value MainOnce does not understand is ignored with a warning that starts with `MainOnce:`.
-/// Settings made in code replace those from the environment. Nothing here is on the fast path
-/// of a done token.
+/// Settings made in code replace those from the environment, and apply to waits in progress
+/// within 25 ms. Nothing here is on the fast path of a done token.
 public enum DeadlockDetection {
   /// What to do with a finding.
   public enum Response: String, Sendable, CaseIterable {
@@ -38,17 +46,18 @@ public enum DeadlockDetection {
     case abort
     /// Deliver the report and go on waiting.
     case report
-    /// Do not look: cycles are not checked, and the watchdog does not watch.
+    /// Do not look: neither cycles nor stalls are looked for.
     case off
-    /// For cycles: main-queue code that blocks in a tracked wait runs, in place, the
-    /// initializers its wait depends on, and keeps waiting; a cycle that no initializer can
-    /// break is stopped as with ``abort``. For stalls, the same as ``report``. See the article
-    /// <doc:FindingDeadlocks>, "Waits that serve initializers".
+    /// For cycles: main-queue code that blocks in `DispatchSemaphore.wait(for:)` or
+    /// `DispatchGroup.wait(for:)` runs, in place, every initializer queued for the main queue,
+    /// while it waits, and keeps waiting; a deadlock that serving cannot break is stopped as with
+    /// ``abort``. For stalls, the same as ``report``. See the article <doc:FindingDeadlocks>,
+    /// "Waits that serve initializers".
     case service
   }
 
-  /// What to do when a wait would close a cycle. Defaults to ``Response/abort``: the wait can
-  /// never end.
+  /// What to do with a proven deadlock. Defaults to ``Response/abort``: its waits can never
+  /// end.
   public static var cycleResponse: Response {
     get { Response(code: cycleResponseCode.load(ordering: .relaxed)) }
     set { cycleResponseCode.store(newValue.code, ordering: .relaxed) }
@@ -57,23 +66,25 @@ public enum DeadlockDetection {
   /// What to do when an initialization keeps its callers waiting. Defaults to
   /// ``Response/report``.
   ///
-  /// With ``Response/abort``, MainOnce stops the process only on evidence that nothing will
-  /// change: the thread in the way (holding the main queue, or running the initializer) is
-  /// blocked in `futex` and has not run at all for a whole ``stallTimeout`` since the last look,
-  /// so no earlier than two timeouts after the wait began. A main queue that is busy, sleeping,
-  /// idle in an event loop, or blocked but waking up from time to time is only reported.
+  /// With ``Response/abort``, you opt in to a stop on evidence short of a proof: the thread in
+  /// the way (holding the main queue, or running the initializer) is blocked in `futex` and has
+  /// not run at all for a whole ``stallTimeout`` since the first report, as `/proc` shows, so no
+  /// earlier than two timeouts after the wait began. A main queue that is busy, sleeping, idle
+  /// in an event loop, or blocked but waking up from time to time is only reported; where
+  /// `/proc` cannot be read, the report says so, and the process goes on.
   public static var stallResponse: Response {
     get { Response(code: stallResponseCode.load(ordering: .relaxed)) }
     set { stallResponseCode.store(newValue.code, ordering: .relaxed) }
   }
 
-  /// How long callers may wait for an initializer before the watchdog looks, and then how often
-  /// it looks again. Defaults to one second.
+  /// How long callers may wait for an initializer before their stall is reported, and then how
+  /// often it is looked at again. Defaults to one second.
   ///
   /// It must be from 1 ms to one day: a shorter timeout would report every hop. Setting a value
   /// outside that range stops the process with a `MainOnce:` message; use
-  /// ``setStallTimeout(_:file:line:)`` to have the message name your line. A new value takes
-  /// effect at once, also for waits in progress.
+  /// ``setStallTimeout(_:file:line:)`` to have the message name your line. A new value applies
+  /// to waits in progress within 25 ms (for a wait younger than the grace, once it is 50 ms
+  /// old), and every report quotes the timeout it used.
   public static var stallTimeout: Duration {
     get { .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed))) }
     set { store(newValue, setAt: nil) }
@@ -83,7 +94,7 @@ public enum DeadlockDetection {
   /// `timeout` is not from 1 ms to one day.
   ///
   /// - Parameters:
-  ///   - timeout: How long callers may wait before the watchdog looks.
+  ///   - timeout: How long callers may wait before their stall is reported.
   ///   - file: The caller's file, for the misuse message; leave the default.
   ///   - line: The caller's line, for the misuse message; leave the default.
   public static func setStallTimeout(
@@ -92,7 +103,7 @@ public enum DeadlockDetection {
     store(timeout, setAt: CallSite(file: file, line: line))
   }
 
-  /// Stores `timeout`, and has the watchdog take it into account at once; stops the process
+  /// Stores `timeout`, which every watched wait reads at its next look; stops the process
   /// with a message attributed to `site` if it is not from 1 ms to one day.
   private static func store(_ timeout: Duration, setAt site: CallSite?) {
     guard validStallTimeouts.contains(timeout) else {
@@ -102,7 +113,6 @@ public enum DeadlockDetection {
         at: site)
     }
     stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
-    Watchdog.wake()
   }
 
   /// Receives every report instead of standard error, for example to route it to a logger.
@@ -118,7 +128,7 @@ public enum DeadlockDetection {
   /// hop) to a day.
   static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
 
-  /// The watchdog's settings in force, read with relaxed loads once per round.
+  /// The settings in force, read with relaxed loads once per look.
   struct Snapshot {
     let stallResponse: Response
     let stallTimeoutNanoseconds: UInt64

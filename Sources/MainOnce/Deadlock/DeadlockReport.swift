@@ -11,8 +11,8 @@ public struct DeadlockReport: Sendable, CustomStringConvertible {
   public enum Kind: Sendable, Equatable {
     /// A wait would close a cycle in the wait-for graph: it can never end.
     case cycle
-    /// A wait for the main queue has not made progress within the stall timeout. The watchdog
-    /// describes what the main queue is doing; the wait may still end.
+    /// A wait for the main queue has not made progress within the stall timeout. The report
+    /// describes what the thread in the way is doing; the wait may still end.
     case stall
     /// A wait reported as a stall has ended after all.
     case stallEnded
@@ -32,36 +32,40 @@ public struct DeadlockReport: Sendable, CustomStringConvertible {
 }
 
 extension DeadlockReport {
-  /// The report of a proven `cycle`, as `response` treats it: it stops the process unless
-  /// `response` is `report`; under `service`, it says why the policy cannot break the cycle.
-  static func cycle(_ cycle: [CycleEdge], response: DeadlockDetection.Response) -> DeadlockReport {
-    var note: String?
-    if response == .service {
-      let hasServiceableSubject = cycle.contains {
-        if case .subject(let subject, _) = $0.wait.object {
-          subject.obstacle() == .mainQueue
-        } else {
-          false
-        }
-      }
+  /// The report of a deadlock, one line per wait. `proven`: every wait on it showed that it is
+  /// blocked, and the report stops the process unless `response` is `report` (under `service`,
+  /// it says why serving cannot break it). Otherwise it runs through a wait MainOnce cannot see
+  /// into, which may still end: a report, and waiting goes on.
+  static func cycle(
+    _ edges: [WaitGraph.Edge], proven: Bool, response: DeadlockDetection.Response
+  ) -> DeadlockReport {
+    var headline = "MainOnce: deadlock detected"
+    if !proven {
+      let unseen = edges.map(\.node).filter { $0.proof == .opaque || $0.proof == .timed }
+      headline =
+        "MainOnce: possible deadlock, not stopped: MainOnce cannot see into "
+        + unseen.map(\.call).joined(separator: ", ") + ", which may still return"
+    }
+    var lines = [headline]
+    for edge in edges {
+      let wait = edge.node
+      let holder = wait.holdsMainQueue ? " (holds the main queue)" : ""
+      let blockers = edge.blockers.map { "\($0.rawValue)" }.joined(separator: ", ")
+      lines.append(
+        "  \(wait.thread)\(holder) waits for \(wait.waitsFor) in \(wait.call);"
+          + " blocked by thread\(edge.blockers.count == 1 ? "" : "s") \(blockers)\(wait.reason)")
+    }
+    if proven && response == .service {
       let why =
-        hasServiceableSubject
+        edges.contains { $0.node.waitsForMainQueueInitializer }
         ? "the main-queue wait on it cannot be interrupted to run the initializer: once blocked,"
           + " only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) without a deadline"
           + " serve initializers"
         : "no MainOnce initializer on it waits to run on the main queue"
-      note = "the service policy cannot break this cycle: \(why)"
+      lines.append("  the service policy cannot break this cycle: \(why)")
     }
-    var lines = ["MainOnce: deadlock detected"]
-    for edge in cycle {
-      let holder = edge.wait.holdsMainQueue ? " (holds the main queue)" : ""
-      lines.append(
-        "  \(edge.waiter)\(holder) waits for \(edge.wait.waitsFor) in \(edge.wait.call);"
-          + " blocked by \(edge.blocker.thread)\(edge.blocker.reason)")
-    }
-    if let note { lines.append("  " + note) }
-    let involvesMainQueue = cycle.contains {
-      $0.wait.holdsMainQueue || $0.blocker.reason == Blocker.holdsMainQueue
+    let involvesMainQueue = edges.contains {
+      $0.node.holdsMainQueue || $0.node.reason == ", which holds the main queue"
     }
     lines.append(
       involvesMainQueue
@@ -71,10 +75,11 @@ extension DeadlockReport {
         : "hint: each of these waits can end only after the next one has: none ever will. Don't"
           + " wait, inside once-only work, for work that waits for it.")
     return DeadlockReport(
-      kind: .cycle, stopsProcess: response != .report, text: lines.joined(separator: "\n"))
+      kind: .cycle, stopsProcess: proven && response != .report,
+      text: lines.joined(separator: "\n"))
   }
 
-  /// The watchdog's word that a subject it reported no longer keeps anyone waiting.
+  /// The word that a subject reported as stalled no longer keeps anyone waiting.
   static func stallEnded(of label: CellLabel, finished: Bool, waitingSince: UInt64)
     -> DeadlockReport
   {
@@ -89,10 +94,11 @@ extension DeadlockReport {
   /// Hands the report to the report handler, or writes it to standard error, and stops the
   /// process if it says so, attributing the stop to `site`.
   ///
-  /// A handler runs on a thread of MainOnce's own, one report at a time, in order: the caller
-  /// never waits for it, so a handler that needs the main queue (say, to build a logger) cannot
-  /// block the watchdog or a waiting thread. Before a stop, the caller waits for the handler up
-  /// to the larger of a second and the stall timeout, then stops anyway.
+  /// Each report goes to the handler on a libdispatch overcommit queue of its own, outside every
+  /// lock of MainOnce's: the caller never waits for it, so a handler that needs the main queue
+  /// (say, to build a logger) blocks nobody, and a handler stuck on one report delays only that
+  /// report. Before a stop, the caller waits for the handler up to the larger of a second and
+  /// the stall timeout, then stops anyway.
   ///
   /// A report that stops the process is the `fatalError` message itself, so that it reaches
   /// whatever records the message of a crash, and its first line is the report's first line.
@@ -101,12 +107,12 @@ extension DeadlockReport {
       if stopsProcess { Diagnostics.fail(text, at: site) }
       return Platform.writeToStandardError(text + "\n")
     }
-    guard stopsProcess else { return ReportHandlerThread.submit { handler(self) } }
     let handled = DispatchSemaphore(value: 0)
-    ReportHandlerThread.submit {
+    Platform.runOnOvercommitQueue {
       handler(self)
       handled.signal()
     }
+    guard stopsProcess else { return }
     let bound = max(1_000_000_000, DeadlockDetection.Snapshot.current.stallTimeoutNanoseconds)
     if handled.wait(timeout: .now() + .nanoseconds(Int(clamping: bound))) == .timedOut {
       Platform.writeToStandardError(
@@ -114,31 +120,5 @@ extension DeadlockReport {
           + " stopping without it\n")
     }
     Diagnostics.fail(text, at: site)
-  }
-}
-
-/// The thread that runs report handlers, one report at a time, in the order they came.
-enum ReportHandlerThread {
-  private static let pending = Locked<(jobs: [@Sendable () -> Void], isStarted: Bool)>(([], false))
-  private static let ready = DispatchSemaphore(value: 0)
-
-  static func submit(_ job: @escaping @Sendable () -> Void) {
-    let start = pending.withLock { pending -> Bool in
-      pending.jobs.append(job)
-      defer { pending.isStarted = true }
-      return !pending.isStarted
-    }
-    ready.signal()
-    if start, Platform.startThread({ run() }) != 0 {
-      Platform.writeToStandardError("MainOnce: cannot start the report handler's thread\n")
-    }
-  }
-
-  private static func run() -> Never {
-    while true {
-      ready.wait()
-      let job = pending.withLock { $0.jobs.isEmpty ? nil : $0.jobs.removeFirst() }
-      job?()
-    }
   }
 }

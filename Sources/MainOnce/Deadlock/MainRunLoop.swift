@@ -2,7 +2,7 @@ internal import _CMainOnceShims
 
 /// Whether `RunLoop.main` is running, asked of CoreFoundation without importing Foundation.
 ///
-/// The watchdog needs this to tell a main thread that has never served the main queue from one
+/// A stall report needs this to tell a main thread that has never served the main queue from one
 /// whose run loop is serving it and is stuck inside a main-queue block: both hold the main queue
 /// and can be blocked in `futex`. A running run loop has a current mode.
 ///
@@ -11,6 +11,6 @@ internal import _CMainOnceShims
 /// it is right in static binaries too (where `dlsym` finds nothing).
 enum MainRunLoop {
   /// Whether the main thread's run loop is running in some mode right now. Thread-safe:
-  /// `CFRunLoopCopyCurrentMode` takes the run loop's own lock. Only the watchdog asks.
+  /// `CFRunLoopCopyCurrentMode` takes the run loop's own lock. Only a stall report asks.
   static var isRunning: Bool { mainonce_main_run_loop_is_running() }
 }

@@ -1,6 +1,6 @@
 internal import _CMainOnceShims
 
-/// A subject due for a look, as the watchdog saw it under the lock.
+/// A look at a stalled subject: its callers, and what is in their way.
 struct Look {
   /// What keeps the subject's callers waiting.
   enum InTheWay {
@@ -35,9 +35,9 @@ struct Look {
     var count = 0
   }
 
-  let subject: any WaitSubject
+  let subject: any StallSubject
   let callers: [Callers]
-  /// When the oldest caller started waiting, and when the watchdog looked: `since <= now`.
+  /// When the oldest caller started waiting, and when the look was taken: `since <= now`.
   let since: UInt64
   let now: UInt64
   let timeout: UInt64
@@ -64,7 +64,9 @@ struct Look {
   }
 
   /// The report of `finding`. `isStuck`: the thread in the way has not run since the last look.
-  func report(_ finding: Finding, isStuck: Bool, stops: Bool) -> DeadlockReport {
+  func report(_ finding: Finding, isStuck: Bool, stops: Bool, note: String? = nil)
+    -> DeadlockReport
+  {
     let waited = formatDuration(now &- since)
     var lines: [String]
     if callerCount == 1, let only = callers.first {
@@ -79,7 +81,8 @@ struct Look {
       lines += callers.map { "  \(Self.describe($0))" }
     }
     let (finding, hint) = explain(finding, isStuck: isStuck)
-    lines += (finding + notes).map { "  " + $0 }
+    lines += (finding + notes + [note].compactMap { $0 }).map { "  " + $0 }
+    lines.append("  the stall timeout is \(formatDuration(timeout))")
     lines.append("hint: " + hint)
     return DeadlockReport(
       kind: .stall, stopsProcess: stops && isStuck, text: lines.joined(separator: "\n"))
@@ -246,7 +249,10 @@ extension Look {
       ? "in a test, wait the way the test framework serves the main queue: `await` in an async"
         + " test, or an XCTestExpectation with `wait(for:timeout:)` or `await fulfillment(of:)`,"
         + " rather than blocking the main thread (in a semaphore, say)"
-      : "serve the main queue: call dispatchMain() or RunLoop.main.run() on the main thread"
+      : "serve the main queue: if the main thread runs an event loop of its own, drain the main"
+        + " queue from it with MainQueueDriver (watch MainQueueDriver.fileDescriptor, call"
+        + " MainQueueDriver.drain() when it is readable); otherwise call dispatchMain() or"
+        + " RunLoop.main.run() on the main thread"
   }
 
   /// What to do about main-actor code that blocks in a Swift Testing test. The runner serves the
@@ -259,7 +265,7 @@ extension Look {
     + " DispatchSemaphore.wait(for:), so that MainOnce can prove the cycle"
 }
 
-/// What the watchdog read about the thread in a flight's way.
+/// What a look read about the thread in a subject's way.
 struct Finding {
   let holder: ThreadID?
   let activity: ThreadActivity.Activity
@@ -273,13 +279,12 @@ struct Finding {
   }
 }
 
-extension DetectorState {
-  /// What the watchdog needs to know about `subject`, whose callers are `snapshot`, to look at it
-  /// outside the lock.
-  func look(
-    at subject: any WaitSubject, _ snapshot: StallSnapshot, now: UInt64, since: UInt64,
+extension Look {
+  /// What a look at `subject`, whose callers are `snapshot`, needs to know, read now.
+  init(
+    at subject: any StallSubject, _ snapshot: StallSnapshot, now: UInt64, since: UInt64,
     timeout: UInt64
-  ) -> Look {
+  ) {
     var callers: [Look.Callers] = []
     var oldest: StallSnapshot.Caller?
     for caller in snapshot.callers {
@@ -295,27 +300,83 @@ extension DetectorState {
           .init(kind: kind, call: call, threads: caller.thread.map { [$0] } ?? [], count: 1))
       }
     }
+    // Each thread's wait as a report describes it, and whether it holds the main queue.
+    let waits = WaitBoard.read { published in
+      published.compactMap { entry -> (thread: ThreadID, holdsMainQueue: Bool, text: String)? in
+        guard let wait = entry.wait as? any BlockingWait, !wait.isOver else { return nil }
+        return (wait.thread, wait.holdsMainQueue, "\(wait.waitsFor) in \(wait.call)")
+      }
+    }
     let inTheWay: Look.InTheWay
     switch snapshot.obstacle {
     case .runner(let thread, let since): inTheWay = .runner(thread, since: since)
     case .builder(let since): inTheWay = .builder(since: since)
-    case .mainQueue, .nothing:
+    case .mainQueue:
       switch QueueOwnership.ownerOfMainQueue() {
       case .thread(let owner): inTheWay = .mainQueue(owner)
       case .nobody: inTheWay = .nobody
       case .unknown:
-        let holder = activeWaits.first { $0.holdsMainQueue }
-        inTheWay = holder.map { .recordedHolder($0.thread) } ?? .unknown
+        inTheWay = waits.first { $0.holdsMainQueue }.map { .recordedHolder($0.thread) } ?? .unknown
       }
     }
-    return Look(
+    self.init(
       subject: subject, callers: callers, since: since, now: now, timeout: timeout,
       inTheWay: inTheWay,
-      trackedWait: inTheWay.thread.flatMap { activeWait(of: $0) }.map {
-        "\($0.waitsFor) in \($0.call)"
-      },
+      trackedWait: inTheWay.thread.flatMap { thread in waits.first { $0.thread == thread } }?.text,
       notes: snapshot.notes,
       site: subject.label.hasCallSites ? oldest?.site : subject.label.attribution)
+  }
+}
+
+/// One watcher's looks at a subject whose callers wait: the first, once the oldest caller has
+/// waited the stall timeout, reports the subject (if no other watcher has); the next ones, a
+/// timeout apart, report it again only when the thread in the way has not run at all since the
+/// look before, which stops the process under the stall response `abort`. The timeout is read at
+/// every look, so a new one applies to waits in progress.
+struct StallLook {
+  private var reportedAt: UInt64?
+  private var baseline: StallWatch.Baseline?
+  private var isOver = false
+
+  mutating func look(at subject: any StallSubject, site: CallSite?) {
+    let settings = DeadlockDetection.Snapshot.current
+    guard settings.stallResponse != .off, !isOver, let snapshot = subject.stallSnapshot(),
+      let oldest = snapshot.callers.map(\.since).min()
+    else { return }
+    let now = Platform.monotonicNanoseconds()
+    let timeout = settings.stallTimeoutNanoseconds
+    let since = min(oldest, now)
+    guard now &- (reportedAt ?? since) >= timeout else { return }
+    let look = Look(at: subject, snapshot, now: now, since: since, timeout: timeout)
+    let finding = look.sample()
+    guard reportedAt != nil else {
+      guard subject.claimStallReport(waitingSince: since) else { return isOver = true }
+      self.reportedAt = now
+      baseline = finding.baseline
+      return look.report(finding, isStuck: false, stops: false).deliver(at: look.site ?? site)
+    }
+    let isStuck =
+      finding.activity == .blockedOnLock && finding.baseline != nil && finding.baseline == baseline
+    self.reportedAt = now
+    baseline = finding.baseline
+    guard isStuck || (settings.stallResponse == .abort && finding.baseline == nil) else { return }
+    isOver = true
+    let note =
+      isStuck
+      ? nil
+      : "MainOnce cannot read /proc/self/task, so it cannot tell a stuck thread from a slow"
+        + " one: it does not stop the process"
+    look.report(
+      finding, isStuck: isStuck, stops: settings.stallResponse == .abort && isStuck, note: note
+    ).deliver(at: look.site ?? site)
+  }
+}
+
+/// A thread in a subject's way, and how much it had run.
+struct StallWatch {
+  struct Baseline: Equatable {
+    let thread: ThreadID
+    let progress: ThreadProgress
   }
 }
 

@@ -119,6 +119,7 @@ enum ThreadSampler {
   }
 
   private static func contents(of path: String) -> String? {
+    guard Settings.readsProc else { return nil }
     var descriptor: Int32
     repeat { descriptor = open(path, O_RDONLY) } while descriptor < 0 && errno == EINTR
     guard descriptor >= 0 else { return nil }

@@ -33,3 +33,31 @@ public enum Instrumentation {
     parked.subtract(1, ordering: .relaxed)
   }
 }
+
+extension Instrumentation {
+  /// Every flight and `AsyncMainLazy` build that callers which do not block have waited for,
+  /// weakly: a probe of the engine for tests that need to see queued callers. Registered when
+  /// the first such caller starts its subject's timer; under the lock.
+  static let subjects = Locked<[ObjectIdentifier: WeakSubject]>([:])
+
+  struct WeakSubject {
+    weak var subject: (any StallSubject)?
+  }
+
+  static func noteSubject(_ subject: any StallSubject) {
+    subjects.withLock { subjects in
+      subjects = subjects.filter { $0.value.subject != nil }
+      subjects[ObjectIdentifier(subject)] = WeakSubject(subject: subject)
+    }
+  }
+
+  /// The subjects callers wait for now: those registered, and those of blocked callers.
+  static var waitedFor: [any StallSubject] {
+    let blocked = WaitBoard.read { published in
+      published.compactMap { ($0.wait as? any BlockingWait)?.stallSubject }
+    }
+    let others = subjects.withLock { $0.values.compactMap(\.subject) }
+    var seen = Set<ObjectIdentifier>()
+    return (blocked + others).filter { seen.insert(ObjectIdentifier($0)).inserted }
+  }
+}

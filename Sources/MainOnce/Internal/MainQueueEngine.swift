@@ -1,3 +1,4 @@
+internal import Dispatch
 internal import _CMainOnceShims
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
@@ -7,8 +8,10 @@ internal import _CMainOnceShims
 /// A blocking first call, from `onceOnMain(token:)` to its return, reads six files:
 /// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Internal/OnceCell.swift`
 /// (the states), this file (the roles), `MainContext.swift` (whether the caller holds the main
-/// queue) and `Internal/ThreadRecord.swift` (where a thread parks). The deadlock detector is
-/// reached only through `DeadlockHooks`.
+/// queue) and `Internal/ThreadRecord.swift` (where a thread parks). A parked caller publishes
+/// its wait on the `WaitBoard` (a store) and parks for `WaitBoard.grace`; only a wait that
+/// outlives it calls the deadlock detector (`Detector.watch`), and only a flight that the
+/// detector reported calls it again when it ends (`Detector.subjectEnded`).
 ///
 /// A caller asks the cell for its phase under ``OnceCell/lock``; unless it is done, it queues its
 /// attempt and takes one of two roles. **Drive**, in main context: run the queued attempts in
@@ -42,8 +45,8 @@ enum MainQueueEngine {
       let parking = thread.takeParking()
       defer { thread.returnParking(parking) }
       let waiter = Waiter(
-        site: site, kind: drives ? .inPlace : .thread(parking, thread.id), attempt: attempt,
-        storage: cell.word)
+        site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
+        attempt: attempt, storage: cell.word)
       let step = OnceCell.lock.withLock { () -> Step in
         guard case .inFlight(let flight) = cell.phase() else { return .done }
         if let runner = flight.runner, runner.thread == thread.id { return .reentrant(runner) }
@@ -64,9 +67,7 @@ enum MainQueueEngine {
         drive(flight, from: first, on: thread)
       case .park(let flight, let hop):
         if hop { sendHop(for: flight) }
-        let wait = DeadlockHooks.willBlock(thread, until: waiter, in: flight)
-        parking.wait()
-        DeadlockHooks.didWake(thread, from: wait)
+        park(waiter, on: thread, parking: parking)
       }
       return waiter.resolution!
     }
@@ -88,33 +89,36 @@ enum MainQueueEngine {
   ///
   /// A done cell returns, cancelled or not: the phase is asked before the cancellation.
   static func suspend(_ cell: OnceCell, site: CallSite, attempt: @escaping Attempt) async throws {
-    let waiter = Waiter(site: site, kind: .task(nil), attempt: attempt, storage: cell.word)
+    let waiter = Waiter(
+      site: site, label: cell.label, kind: .task(nil), attempt: attempt, storage: cell.word)
     let resolution = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, flight, hop) = OnceCell.lock.withLock {
-          () -> (Resolution?, Flight?, Bool) in
-          guard case .inFlight(let flight) = cell.phase() else { return (.done, nil, false) }
+        let (now, flight, hop, times) = OnceCell.lock.withLock {
+          () -> (Resolution?, Flight?, Bool, Bool) in
+          guard case .inFlight(let flight) = cell.phase() else { return (.done, nil, false, false) }
           // Cancelled before it got here: it never queues.
-          if waiter.isWithdrawn { return (.cancelled, nil, false) }
+          if waiter.isWithdrawn { return (.cancelled, nil, false, false) }
           waiter.kind = .task(continuation)
           flight.enqueue(waiter)
-          return (nil, flight, flight.claimHop())
+          return (nil, flight, flight.claimHop(), flight.claimTimer())
         }
         if let now { return continuation.resume(returning: now) }
         if hop { sendHop(for: flight!) }
-        DeadlockHooks.callerWaits(in: flight!)
+        if times { startTimer(for: flight!) }
       }
     } onCancel: {
       var wakes = Wakes()
-      let flight = OnceCell.lock.withLock { () -> Flight? in
+      let ended = OnceCell.lock.withLock { () -> (Flight, UInt64)? in
         guard let flight = waiter.flight else {
           if waiter.resolution == nil { waiter.isWithdrawn = true }
           return nil
         }
         flight.withdraw(waiter, into: &wakes)
-        return flight
+        return flight.endOfReportedStall().map { (flight, $0) }
       }
-      if let flight { DeadlockHooks.callersLeft(flight) }
+      if let (flight, since) = ended {
+        Detector.subjectEnded(flight, finished: false, waitingSince: since)
+      }
       wakes.deliver()
     }
     switch resolution {
@@ -126,16 +130,45 @@ enum MainQueueEngine {
 
   /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.
   static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
-    let (flight, hop) = OnceCell.lock.withLock { () -> (Flight?, Bool) in
-      guard case .inFlight(let flight) = cell.phase() else { return (nil, false) }
+    let (flight, hop, times) = OnceCell.lock.withLock { () -> (Flight?, Bool, Bool) in
+      guard case .inFlight(let flight) = cell.phase() else { return (nil, false, false) }
       flight.enqueue(waiter)
-      return (flight, flight.claimHop())
+      return (flight, flight.claimHop(), flight.claimTimer())
     }
     guard let flight else { return false }
     if hop { sendHop(for: flight) }
-    DeadlockHooks.callerWaits(in: flight)
+    if times { startTimer(for: flight) }
     return true
   }
+
+  // MARK: - Waiting
+
+  /// Parks the calling thread until `waiter` is resolved: published on the `WaitBoard`, for
+  /// `WaitBoard.grace` first, then watched by the deadlock detector.
+  private static func park(_ waiter: Waiter, on thread: ThreadRecord, parking: Parking) {
+    Instrumentation.noteParked()
+    let previous = WaitBoard.publish(waiter, on: thread)
+    if !parking.park(until: .now() + .nanoseconds(Int(WaitBoard.grace))) {
+      Detector.watch(waiter) { parking.park(until: $0) }
+    }
+    WaitBoard.withdraw(previous, on: thread)
+    Instrumentation.noteWoke()
+  }
+
+  /// Starts the timer that watches `flight` for the callers that do not block: after
+  /// `WaitBoard.grace`, the deadlock detector watches it if any is still waiting.
+  private static func startTimer(for flight: Flight) {
+    Instrumentation.noteSubject(flight)
+    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(WaitBoard.grace))) {
+      if flight.stallSnapshot() != nil { Detector.watchStall(of: flight) }
+    }
+  }
+
+  /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
+  /// `service` policy runs them in place.
+  ///
+  /// This is safe because it is only read and written under ``OnceCell/lock``.
+  nonisolated(unsafe) static var awaitingHop: [Flight] = []
 
   // MARK: - Running the queue in main context
 
@@ -155,7 +188,12 @@ enum MainQueueEngine {
   /// initializers.
   static func driveUnlessDriven(_ flight: Flight, on thread: ThreadRecord, isHop: Bool) {
     let first = OnceCell.lock.withLock { () -> Waiter? in
-      if isHop { flight.hopIsOnItsWay = false }
+      if isHop {
+        flight.hopIsOnItsWay = false
+        if let index = awaitingHop.firstIndex(where: { $0 === flight }) {
+          awaitingHop.remove(at: index)
+        }
+      }
       guard let runner = flight.runner else { return flight.startNextAttempt(on: thread.id) }
       // Only this thread holds the main queue: an initializer on it served the hop from a
       // nested run loop, and its caller goes on driving the queue when it returns.
@@ -179,12 +217,18 @@ enum MainQueueEngine {
     while let owner = next {
       let result = runAttempt(of: owner, on: thread)
       var wakes = Wakes()
+      var reportedSince: UInt64?
       next = OnceCell.lock.withLock {
         flight.finish(owner, with: result, into: &wakes)
-        return flight.startNextAttempt(on: thread.id)
+        let next = flight.startNextAttempt(on: thread.id)
+        if next == nil { reportedSince = flight.endOfReportedStall() }
+        return next
       }
-      // The watchdog's word that the flight ended comes before any caller can go on.
-      if next == nil { DeadlockHooks.callersLeft(flight) }
+      // The word that a reported stall ended comes before any caller can go on.
+      if let reportedSince {
+        Detector.subjectEnded(
+          flight, finished: flight.outcome != nil, waitingSince: reportedSince)
+      }
       wakes.deliver()
     }
   }

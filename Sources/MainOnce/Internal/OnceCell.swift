@@ -161,6 +161,11 @@ final class Flight: @unchecked Sendable {
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
+  /// When the oldest caller had begun to wait, once a stall report about the flight was
+  /// delivered: the report of its end says how long they waited.
+  @exclusivity(unchecked) var reportedSince: UInt64?
+  /// Set once a timer watches the flight for callers that do not block.
+  @exclusivity(unchecked) var isTimed = false
 
   init(label: CellLabel) { self.label = label }
 
@@ -176,6 +181,7 @@ final class Flight: @unchecked Sendable {
     defer { checkInvariant() }
     guard runner == nil, !hopIsOnItsWay, !queue.isEmpty else { return false }
     hopIsOnItsWay = true
+    MainQueueEngine.awaitingHop.append(self)
     return true
   }
 
@@ -292,6 +298,7 @@ final class Waiter: @unchecked Sendable {
   }
 
   let site: CallSite
+  let label: CellLabel
   let since = Platform.monotonicNanoseconds()
   @exclusivity(unchecked) var kind: Kind
   /// The caller's attempt; `nil` once resolved.
@@ -306,11 +313,15 @@ final class Waiter: @unchecked Sendable {
   /// The caller queued behind this one (see ``WaiterQueue``).
   @exclusivity(unchecked) var next: Waiter?
   @exclusivity(unchecked) var resolution: Resolution?
-  /// Whether ``resolution`` is set, for the deadlock detector, which reads it without the lock.
+  /// Whether ``resolution`` is set, read without the lock (by the deadlock detector).
   let isResolved = Atomic(false)
 
-  init(site: CallSite, kind: Kind, attempt: Attempt?, storage: UnsafePointer<_OnceWord>?) {
+  init(
+    site: CallSite, label: CellLabel, kind: Kind, attempt: Attempt?,
+    storage: UnsafePointer<_OnceWord>?
+  ) {
     self.site = site
+    self.label = label
     self.kind = kind
     self.attempt = attempt
     self.storage = storage
@@ -344,7 +355,7 @@ struct Wakes {
   func deliver() {
     func wake(_ waiter: Waiter) {
       switch waiter.kind {
-      case .thread(let parking, _): parking.signal()
+      case .thread(let parking, _): parking.unpark()
       case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
       case .handler, .inPlace: break
       }

@@ -69,26 +69,12 @@ enum Platform {
     }
   }
 
-  /// Starts a detached thread that runs `body`. Returns `pthread_create`'s status: 0 when the
-  /// thread started.
-  static func startThread(_ body: @escaping @Sendable () -> Void) -> Int32 {
-    let context = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
-    var thread = pthread_t()
-    let status = pthread_create(
-      &thread, nil,
-      { context in
-        Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().body()
-        return nil
-      }, context)
-    guard status == 0 else {
-      Unmanaged<ThreadBody>.fromOpaque(context).release()
-      return status
+  /// Runs `body` on libdispatch's overcommit global queue: on a thread of its own if every
+  /// worker is busy, so that a body that blocks delays no other.
+  static func runOnOvercommitQueue(_ body: @escaping @Sendable () -> Void) {
+    mainonce_async_overcommit(Unmanaged.passRetained(ThreadBody(body)).toOpaque()) { context in
+      Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().body()
     }
-    // Detaching a thread just created cannot fail but for a bad id; had it failed, the thread
-    // would only keep its stack until the process exits.
-    let detached = pthread_detach(thread)
-    assert(detached == 0, "pthread_detach failed with \(detached)")
-    return 0
   }
 
   /// Sleeps the calling thread.
@@ -104,7 +90,7 @@ enum Platform {
   }
 }
 
-/// What a thread started by ``Platform/startThread(_:)`` runs, boxed to pass through `pthread_create`.
+/// A closure, boxed to pass through a C callback's context pointer.
 private final class ThreadBody: Sendable {
   let body: @Sendable () -> Void
 

@@ -40,7 +40,7 @@ enum QueueOwnership {
   }()
 
   /// Whether the main queue is still bound to the main thread, as it is until `dispatchMain()`.
-  /// Without introspection, assumed to be: the watchdog asks only about a main thread that is
+  /// Without introspection, assumed to be: a stall report asks only about a main thread that is
   /// not parked in `dispatchMain()`.
   static var isMainQueueBoundToMainThread: Bool {
     isAvailable ? mainonce_main_queue_is_thread_bound() : true
@@ -146,37 +146,48 @@ extension QueueOwnership {
   /// thread itself: some queue on `queue`'s target chain (`queue` itself, the queues it targets,
   /// up to a root queue) is a serial queue this thread holds. libdispatch would trap without a
   /// word. Does nothing where queue ownership cannot be read.
-  static func stopIfSyncWouldWaitForItself(on queue: DispatchQueue, at site: CallSite) {
+  static func stopIfSyncWouldWaitForItself(
+    on queue: DispatchQueue, at site: CallSite, thread me: ThreadID
+  ) {
     guard isAvailable else { return }
-    let me = ThreadRecord.current.id
     withExtendedLifetime(queue) {
       guard let start = wrapped(queue) else { return }
-      var chain: [UnsafeRawPointer] = []
-      var current: UnsafeRawPointer? = start
       // The chain is short (a root queue ends it); the bound only guards against a cycle.
-      while let link = current, chain.count < 64 {
-        chain.append(link)
+      var links = 0
+      var current: UnsafeRawPointer? = start
+      while let link = current, links < 64 {
+        links += 1
         let isMain = link == mainonce_main_queue()
-        guard isMain || mainonce_queue_is_serial(link), owner(at: link) == .thread(me) else {
-          current = mainonce_queue_target(link)
-          continue
+        if (isMain || mainonce_queue_is_serial(link)) && owner(at: link) == .thread(me) {
+          stop(syncOn: start, heldLinks: links, at: site, thread: me)
         }
-        let names = chain.map {
-          isMainQueue(at: $0) ? "the main queue" : "queue \"\(label(at: $0))\""
-        }
-        let through =
-          chain.count == 1
-          ? "" : ", which targets \(names.dropFirst().joined(separator: ", which targets "))"
-        Diagnostics.fail(
-          """
-          MainOnce: DispatchQueue.trackedSync at \(site) on \(names[0])\(through) would wait \
-          for this thread itself: \(me) holds \(names.last!) (it runs that queue's work), so the \
-          sync could never start; libdispatch would stop the process without a message. Run \
-          the work directly, or use async.
-          """,
-          at: site)
+        current = mainonce_queue_target(link)
       }
     }
+  }
+
+  /// Stops with the message of ``stopIfSyncWouldWaitForItself(on:at:thread:)``: the first
+  /// `count` queues of `start`'s target chain, the last of which `me` holds.
+  private static func stop(
+    syncOn start: UnsafeRawPointer, heldLinks count: Int, at site: CallSite, thread me: ThreadID
+  ) -> Never {
+    var names: [String] = []
+    var current: UnsafeRawPointer? = start
+    while let link = current, names.count < count {
+      names.append(isMainQueue(at: link) ? "the main queue" : "queue \"\(label(at: link))\"")
+      current = mainonce_queue_target(link)
+    }
+    let through =
+      names.count == 1
+      ? "" : ", which targets \(names.dropFirst().joined(separator: ", which targets "))"
+    Diagnostics.fail(
+      """
+      MainOnce: DispatchQueue.trackedSync at \(site) on \(names[0])\(through) would wait \
+      for this thread itself: \(me) holds \(names.last!) (it runs that queue's work), so the \
+      sync could never start; libdispatch would stop the process without a message. Run \
+      the work directly, or use async.
+      """,
+      at: site)
   }
 
   private static func isMainQueue(at queue: UnsafeRawPointer) -> Bool {

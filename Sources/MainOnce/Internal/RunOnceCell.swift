@@ -1,3 +1,4 @@
+internal import Dispatch
 internal import Synchronization
 
 /// The once-cell behind ``runOnce(for:file:line:column:_:)``: one object's call site, whose
@@ -31,15 +32,16 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     let thread: ThreadID
     let site: CallSite
     let parking: Parking
-    let since = Platform.monotonicNanoseconds()
-    // Written under the lock before `parking` is signalled; read after it wakes.
+    let cell: RunOnceCell
+    // Written under the lock before `parking` is unparked; read after it wakes.
     nonisolated(unsafe) var turn: Turn?
     let isResolved = Atomic(false)
 
-    init(thread: ThreadID, site: CallSite, parking: Parking) {
+    init(thread: ThreadID, site: CallSite, parking: Parking, cell: RunOnceCell) {
       self.thread = thread
       self.site = site
       self.parking = parking
+      self.cell = cell
     }
   }
 
@@ -96,7 +98,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         return .run
       }
       if current.runner == thread.id { return .reentrant }
-      let waiter = Waiter(thread: thread.id, site: site, parking: parking)
+      let waiter = Waiter(thread: thread.id, site: site, parking: parking, cell: self)
       current.waiting.append(waiter)
       return .park(waiter)
     }
@@ -107,9 +109,13 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       case .reentrant:
         Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
-        let wait = DeadlockHooks.willBlock(thread, until: waiter, in: self)
-        parking.wait()
-        DeadlockHooks.didWake(thread, from: wait)
+        Instrumentation.noteParked()
+        let previous = WaitBoard.publish(waiter, on: thread)
+        if !parking.park(until: .now() + .nanoseconds(Int(WaitBoard.grace))) {
+          Detector.watch(waiter) { parking.park(until: $0) }
+        }
+        WaitBoard.withdraw(previous, on: thread)
+        Instrumentation.noteWoke()
         guard case .yours = waiter.turn! else { return }
         step = .run
       case .run:
@@ -125,8 +131,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
             run.hand(to: next.thread)
             return resolve(next, .yours)
           }
-          DeadlockHooks.callersLeft(self)
-          next?.parking.signal()
+          next?.parking.unpark()
           throw error
         }
         let woken = Self.lock.withLock { () -> [Waiter] in
@@ -134,8 +139,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
           defer { current = nil }
           return current?.waiting.map { resolve($0, .done) } ?? []
         }
-        DeadlockHooks.callersLeft(self)
-        for waiter in woken { waiter.parking.signal() }
+        for waiter in woken { waiter.parking.unpark() }
         return
       }
     }
@@ -146,4 +150,27 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     waiter.isResolved.store(true, ordering: .releasing)
     return waiter
   }
+}
+
+extension RunOnceCell.Waiter: BlockingWait {
+  var proof: WaitProof { .structural }
+  var holdsMainQueue: Bool { false }
+  var servesMainQueue: Bool { false }
+  var isOver: Bool { isResolved.load(ordering: .acquiring) }
+
+  func blockers() -> Blockers {
+    RunOnceCell.lock.withLock {
+      guard turn == nil, let run = cell.current else { return .none }
+      return .thread(run.runner, reason: ", which runs it")
+    }
+  }
+
+  var epoch: UInt {
+    RunOnceCell.lock.withLock { cell.current?.epoch.load(ordering: .acquiring) ?? 0 }
+  }
+  var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
+  var call: String { "runOnce(for:) at \(site)" }
+  var waitsFor: String { cell.label.waitedFor }
+  // Its body runs on its callers' threads, for as long as it takes: not watched for stalls.
+  var stallSubject: (any StallSubject)? { nil }
 }

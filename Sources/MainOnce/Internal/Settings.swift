@@ -10,6 +10,11 @@ enum Settings {
     switchValue($0)
   }
 
+  /// `MAINONCE_PROC=on|off`: `off` makes MainOnce read nothing from `/proc`, as where it is not
+  /// mounted or readable (for tests of that case).
+  static let readsProc: Bool =
+    read("MAINONCE_PROC", expecting: "on or off") { switchValue($0) } ?? true
+
   /// `MAINONCE_DEADLOCK=abort|report|service|off`: both deadlock responses.
   static let deadlockResponse: DeadlockDetection.Response? = read(
     "MAINONCE_DEADLOCK", expecting: "abort, report, service or off"

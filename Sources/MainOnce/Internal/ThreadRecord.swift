@@ -1,4 +1,5 @@
 internal import Dispatch
+internal import Synchronization
 internal import _CMainOnceShims
 
 #if canImport(Glibc)
@@ -12,7 +13,8 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, the cache's slots and `spareParking` are only read and written by the
+  // `mainContextDepth`, the cache's slots, `spareParking` and `spareTrackedWait` are only read
+  // and written by the
   // thread this record belongs to; that also makes their accesses exclusive, so they skip the
   // dynamic check.
 
@@ -27,6 +29,14 @@ final class ThreadRecord: @unchecked Sendable {
   let objectCells = ObjectCellCache()
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
+  /// A tracked wait to reuse for the next one, so that publishing it allocates nothing.
+  @exclusivity(unchecked) var spareTrackedWait: TrackedWait?
+  /// The wait this thread is blocked in, for the deadlock detector (see ``WaitBoard``): the
+  /// unretained address of an object conforming to `BlockingWait`, or 0.
+  let publishedWait = Atomic<UInt>(0)
+  /// Bumped by this thread each time it publishes a wait: the detector tells one wait from the
+  /// next that reuses the same object by it.
+  let publications = Atomic<UInt>(0)
 
   /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
   /// another wait of this thread gets a fresh one.
@@ -64,6 +74,7 @@ final class ThreadRecord: @unchecked Sendable {
     let status = pthread_setspecific(key, retained)
     if status != 0 { Diagnostics.internalInconsistency("pthread_setspecific failed: \(status)") }
     mainonce_set_thread_record(retained, record.objectCells.slotsAddress)
+    WaitBoard.register(record)
     return record
   }
 
@@ -74,7 +85,8 @@ final class ThreadRecord: @unchecked Sendable {
       // The thread is exiting: no call of its own reads the record after this, and one that
       // comes later (from another key's destructor) makes a new record.
       mainonce_set_thread_record(nil, nil)
-      Unmanaged<ThreadRecord>.fromOpaque(raw).release()
+      let record = Unmanaged<ThreadRecord>.fromOpaque(raw).takeRetainedValue()
+      WaitBoard.unregister(record)
     }
     guard status == 0 else {
       fatalError("MainOnce: pthread_key_create failed (\(status)); too many thread-local keys")
@@ -83,10 +95,41 @@ final class ThreadRecord: @unchecked Sendable {
   }()
 }
 
-/// Where a blocked caller sleeps until it is resolved. Each thread keeps one to reuse (see
-/// ``ThreadRecord/takeParking()``): every use is one `signal` and one `wait`.
+/// Where a blocked caller sleeps until it is resolved: a single-token parking, as Rust's
+/// thread parker. Each thread keeps one to reuse (see ``ThreadRecord/takeParking()``).
+///
+/// ``unpark()`` leaves one token (several unparks leave one); ``park(until:)`` takes the token,
+/// or sleeps until one comes or the deadline passes. Every wait is resolved by exactly one
+/// unpark, and its caller parks until it has taken that token: a timed park that gives up, or a
+/// wake-up that comes late, never leaves a token behind for the thread's next wait.
+///
+/// States: 1 a token is there, 0 none, -1 the owner sleeps (or is about to) in the semaphore.
+/// Only an unpark that finds -1 signals the semaphore, and the owner takes every such signal.
 final class Parking: Sendable {
+  private let state = Atomic<Int>(0)
   private let semaphore = DispatchSemaphore(value: 0)
-  func signal() { semaphore.signal() }
-  func wait() { semaphore.wait() }
+
+  /// Leaves the token, waking the owner if it sleeps. The releasing exchange orders what the
+  /// caller wrote before it (a resolution) before the owner's return from ``park(until:)``.
+  func unpark() {
+    if state.exchange(1, ordering: .acquiringAndReleasing) == -1 { semaphore.signal() }
+  }
+
+  /// Takes the token, waiting for it until `deadline` (`nil`: for as long as it takes).
+  /// Returns whether it took the token.
+  func park(until deadline: DispatchTime?) -> Bool {
+    // 1 → 0: the token was there. 0 → -1: sleep.
+    if state.subtract(1, ordering: .acquiring).oldValue == 1 { return true }
+    var timedOut = false
+    if let deadline {
+      timedOut = semaphore.wait(timeout: deadline) == .timedOut
+    } else {
+      semaphore.wait()
+    }
+    // Back to 0. If an unpark came after all, it has signalled or will: take that signal too,
+    // so that it does not wake the next park.
+    let tookToken = state.exchange(0, ordering: .acquiring) == 1
+    if timedOut && tookToken { semaphore.wait() }
+    return tookToken
+  }
 }

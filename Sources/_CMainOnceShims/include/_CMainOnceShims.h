@@ -57,6 +57,10 @@ int32_t mainonce_main_queue_handle(void);
 /// Submits `work(context)` to the main queue: dispatch_async_f, with no block to copy.
 void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context));
 
+/// Runs `work(context)` on libdispatch's default-priority overcommit global queue, which starts
+/// a thread for it if every worker is busy (or blocked).
+void mainonce_async_overcommit(void *context, void (*work)(void *_Nullable context));
+
 /// Runs the main queue's pending work on the calling thread, as CoreFoundation's run loop
 /// does. Legal only on the main thread while the main queue is bound to it.
 void mainonce_main_queue_drain(void);

@@ -103,9 +103,35 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
         at: CallSite(file: file, line: line))
     }
     let thread = ThreadRecord.current.id
-    Detector.state.withLock { $0.beginPerforming(id, on: thread) }
-    defer { Detector.state.withLock { $0.endPerforming(id, on: thread) } }
+    Self.performers.withLock { $0[id, default: [:]][thread, default: 0] += 1 }
+    defer {
+      Self.performers.withLock { performers in
+        performers[id]?[thread]? -= 1
+        if performers[id]?[thread] == 0 { performers[id]?[thread] = nil }
+        if performers[id]?.isEmpty == true { performers[id] = nil }
+      }
+    }
     return try body()
+  }
+
+  /// The threads performing each unit of work, with how many times over (`perform` nests).
+  private static let performers = Locked<[WorkID: [ThreadID: Int]]>([:])
+
+  /// What a wait for this target waits for now.
+  var blockers: Blockers {
+    switch kind {
+    case .thread(let thread):
+      return .thread(thread, reason: "")
+    case .queue(let queue) where QueueOwnership.isMainQueue(queue):
+      return .mainQueue
+    case .queue(let queue):
+      guard case .thread(let owner) = QueueOwnership.owner(of: queue) else { return .none }
+      return .thread(owner, reason: ", which runs that queue")
+    case .work(let id, _):
+      let threads = Self.performers.withLock { $0[id].map { Array($0.keys) } ?? [] }
+      return .anyOf(
+        threads.sorted { $0.rawValue < $1.rawValue }, reason: ", which performs it")
+    }
   }
 
   /// The target as reports name it: `thread 4711`, `queue "db"`, `work "loader"`.

@@ -1,0 +1,100 @@
+/// A wait as the deadlock detector sees it: published by its thread on the `WaitBoard` while
+/// it blocks, and read by the detector through ``blockers()``, its one query of the state
+/// behind the wait. The engine (once-cell callers) and the tracked waits implement it; the
+/// detector never looks past this protocol.
+protocol BlockingWait: AnyObject, Sendable {
+  /// The waiting thread.
+  var thread: ThreadID { get }
+  /// How the wait shows that it is blocked.
+  var proof: WaitProof { get }
+  /// Whether the thread held the main queue when it began to wait (and so holds it throughout).
+  var holdsMainQueue: Bool { get }
+  /// Whether the wait runs the initializers queued for the main queue while it waits (the
+  /// `service` policy): then it does not keep them waiting.
+  var servesMainQueue: Bool { get }
+  /// Whether the wait is known to be over, though its thread may not have withdrawn it yet.
+  var isOver: Bool { get }
+  /// What must make progress before the wait can end, now.
+  func blockers() -> Blockers
+  /// Changes whenever ``blockers()`` may have changed in a way a re-read cannot show (a
+  /// once-cell's runner handing over).
+  var epoch: UInt { get }
+  /// For ``WaitProof/slices``: how many slices have started, and the number of the last one
+  /// that timed out (0: none).
+  var slices: (started: UInt, lastTimedOut: UInt) { get }
+  /// Where the wait was called, and the call as reports name it.
+  var site: CallSite { get }
+  var call: String { get }
+  /// What the wait is for, as the object of "waits for …".
+  var waitsFor: String { get }
+  /// What its callers wait for, watched for stalls; `nil` for waits that are not.
+  var stallSubject: (any StallSubject)? { get }
+}
+
+/// How a wait shows that it is blocked, which decides whether a cycle through it can stop the
+/// process.
+enum WaitProof {
+  /// A once-cell caller, or `trackedSync` before its work starts: blocked until the state that
+  /// ``BlockingWait/blockers()`` reads changes.
+  case structural
+  /// A semaphore or group wait, in slices: blocked across a slice that timed out.
+  case slices
+  /// `withTrackedWait`: MainOnce cannot see into it. A cycle through it is reported, never
+  /// stopped.
+  case opaque
+  /// A wait with a deadline: it ends by itself. Reported, never stopped.
+  case timed
+}
+
+/// Whom a wait waits for.
+enum Blockers: Equatable {
+  /// Nobody MainOnce knows of (the wait is over, or waits for something it cannot see).
+  case none
+  /// This thread: a once-cell's runner, a thread target, a serial queue's owner.
+  case thread(ThreadID, reason: String)
+  /// Whichever thread holds the main queue.
+  case mainQueue
+  /// Any one of these threads: the performers of a unit of work, the waiter left out.
+  case anyOf([ThreadID], reason: String)
+}
+
+/// What callers wait for, as a stall report describes it: a main-queue flight or an
+/// `AsyncMainLazy` build.
+protocol StallSubject: AnyObject, Sendable {
+  var label: CellLabel { get }
+  /// Who waits and what is in the way; `nil` once it has finished.
+  func stallSnapshot() -> StallSnapshot?
+  /// Claims the subject's one stall report, about callers waiting since `waitingSince`: `true`
+  /// for the first to ask, while the subject has not finished.
+  func claimStallReport(waitingSince: UInt64) -> Bool
+}
+
+/// A subject's waiting callers, and what keeps them waiting.
+struct StallSnapshot {
+  struct Caller {
+    enum Kind: String {
+      case thread
+      case task
+      case handler = "completion handler"
+    }
+    let kind: Kind
+    let thread: ThreadID?
+    let site: CallSite
+    let since: UInt64
+  }
+
+  /// What keeps a subject's callers waiting.
+  enum Obstacle: Equatable {
+    /// An initializer runs on this thread, since then.
+    case runner(ThreadID, since: UInt64)
+    /// Nothing runs yet: its attempts wait for whoever holds the main queue.
+    case mainQueue
+    /// An `AsyncMainLazy` build runs on the main actor, and may be suspended.
+    case builder(since: UInt64)
+  }
+
+  let callers: [Caller]
+  let obstacle: Obstacle
+  /// What else the report should say about the subject.
+  var notes: [String] = []
+}

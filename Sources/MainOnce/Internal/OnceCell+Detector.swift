@@ -1,0 +1,87 @@
+internal import Synchronization
+
+// What the deadlock detector may ask of a main-queue flight and of its blocked callers: its one
+// query (`blockers()`) and what a report says, each answered under the cell's lock.
+
+extension Flight: StallSubject {
+  func stallSnapshot() -> StallSnapshot? {
+    OnceCell.lock.withLock {
+      guard outcome == nil else { return nil }
+      let callers = queue.compactMap { waiter -> StallSnapshot.Caller? in
+        switch waiter.kind {
+        case .thread(_, let thread):
+          .init(kind: .thread, thread: thread, site: waiter.site, since: waiter.since)
+        case .task: .init(kind: .task, thread: nil, site: waiter.site, since: waiter.since)
+        case .handler: .init(kind: .handler, thread: nil, site: waiter.site, since: waiter.since)
+        case .inPlace: nil
+        }
+      }
+      let obstacle: StallSnapshot.Obstacle =
+        if let runner { .runner(runner.thread, since: runner.since) } else { .mainQueue }
+      return StallSnapshot(callers: callers, obstacle: obstacle)
+    }
+  }
+
+  func claimStallReport(waitingSince: UInt64) -> Bool {
+    OnceCell.lock.withLock {
+      guard reportedSince == nil, outcome == nil else { return false }
+      reportedSince = waitingSince
+      return true
+    }
+  }
+
+  /// Whether a timer must be started to watch the flight for callers that do not block: the
+  /// first such caller's. Under the lock.
+  func claimTimer() -> Bool {
+    defer { isTimed = true }
+    return !isTimed
+  }
+
+  /// When the callers of a reported flight had begun to wait, if it was reported and nobody
+  /// waits for it any more (it finished, or its last caller left); its end is then reported
+  /// once. Under the lock.
+  func endOfReportedStall() -> UInt64? {
+    guard let since = reportedSince, outcome != nil || queue.isEmpty && runner == nil else {
+      return nil
+    }
+    reportedSince = nil
+    return since
+  }
+}
+
+extension Waiter: BlockingWait {
+  var thread: ThreadID {
+    guard case .thread(_, let thread) = kind else { return ThreadID(rawValue: 0) }
+    return thread
+  }
+  var proof: WaitProof { .structural }
+  // A caller in main context runs the flight itself, and never parks.
+  var holdsMainQueue: Bool { false }
+  var servesMainQueue: Bool { false }
+  var isOver: Bool { isResolved.load(ordering: .acquiring) }
+
+  func blockers() -> Blockers {
+    OnceCell.lock.withLock {
+      guard resolution == nil, let flight, flight.outcome == nil else { return .none }
+      if let runner = flight.runner { return .thread(runner.thread, reason: ", which runs it") }
+      return .mainQueue
+    }
+  }
+
+  var epoch: UInt { OnceCell.lock.withLock { flight?.epoch.load(ordering: .acquiring) ?? 0 } }
+  var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
+  var call: String { label.hasCallSites ? "\(label.operation) at \(site)" : "\(label.operation)" }
+  var waitsFor: String { label.waitedFor }
+  var stallSubject: (any StallSubject)? { OnceCell.lock.withLock { flight } }
+}
+
+extension CellLabel {
+  /// The cell as the object of "waits for …" in a report.
+  var waitedFor: String {
+    if case .object(let objectType, _, _) = self {
+      "the \(work) for the same \(objectType)"
+    } else {
+      "the \(work) of \(self)"
+    }
+  }
+}

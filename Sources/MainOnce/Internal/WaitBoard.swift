@@ -1,0 +1,74 @@
+internal import Synchronization
+
+/// Where threads publish the waits they block in, for the deadlock detector to read.
+///
+/// Publishing is a store: the waiting thread puts the address of its wait object (kept alive by
+/// its own frame) in its ``ThreadRecord/publishedWait`` and bumps its publication count.
+/// Nothing else happens on the waiting path; the detector runs only once a wait has outlived
+/// its grace (see `Detector`).
+///
+/// Reading another thread's slot is safe because of a two-sided handshake. A reader announces
+/// itself in ``readers``, then takes ``lock`` and, inside it, loads the slots and reads the
+/// objects they name. A thread that withdraws its wait swaps its slot back, then looks at
+/// ``readers``: if a reader is about, it takes and releases ``lock`` before its frame lets the
+/// object go. Both sides use sequentially consistent operations, so either the reader sees the
+/// slot already withdrawn, or the withdrawing thread sees the reader and waits for it.
+enum WaitBoard {
+  /// Every live thread record, by identity: those the detector reads.
+  private static let records = Locked<[ObjectIdentifier: ThreadRecord]>([:])
+  private static let readers = Atomic(0)
+  private static let lock = Lock()
+
+  static func register(_ record: ThreadRecord) {
+    records.withLock { $0[ObjectIdentifier(record)] = record }
+  }
+
+  static func unregister(_ record: ThreadRecord) {
+    records.withLock { $0[ObjectIdentifier(record)] = nil }
+  }
+
+  /// Publishes `wait` as what `thread` blocks in; returns what to pass to ``withdraw(_:on:)``:
+  /// the wait it is nested in, if any. Called by the thread itself; `wait` must stay alive
+  /// until it is withdrawn.
+  @inline(__always)
+  static func publish(_ wait: AnyObject, on thread: ThreadRecord) -> UInt {
+    let address = UInt(bitPattern: Unmanaged.passUnretained(wait).toOpaque())
+    thread.publications.store(
+      thread.publications.load(ordering: .relaxed) &+ 1, ordering: .sequentiallyConsistent)
+    return thread.publishedWait.exchange(address, ordering: .sequentiallyConsistent)
+  }
+
+  /// Withdraws the wait published last, putting back `previous`, and waits for any reader that
+  /// may hold its address.
+  @inline(__always)
+  static func withdraw(_ previous: UInt, on thread: ThreadRecord) {
+    thread.publishedWait.store(previous, ordering: .sequentiallyConsistent)
+    if readers.load(ordering: .sequentiallyConsistent) != 0 { lock.withLock {} }
+  }
+
+  /// Calls `body` with every published wait and its thread's publication count, under the
+  /// board's lock: no thread withdraws a wait, and so none reuses or frees its object, until
+  /// `body` returns. Read everything needed inside `body`, and keep no object.
+  static func read<Result>(_ body: ([(wait: AnyObject, publication: UInt)]) -> Result) -> Result {
+    readers.add(1, ordering: .sequentiallyConsistent)
+    defer { readers.subtract(1, ordering: .sequentiallyConsistent) }
+    let all = records.withLock { Array($0.values) }
+    return lock.withLock {
+      body(
+        all.compactMap { record in
+          // Read between two readings of the count: a wait withdrawn and published again in
+          // between (perhaps the same object) is not taken for the one before.
+          let publication = record.publications.load(ordering: .sequentiallyConsistent)
+          let address = record.publishedWait.load(ordering: .sequentiallyConsistent)
+          guard let pointer = UnsafeRawPointer(bitPattern: address),
+            record.publications.load(ordering: .sequentiallyConsistent) == publication
+          else { return nil }
+          return (Unmanaged<AnyObject>.fromOpaque(pointer).takeUnretainedValue(), publication)
+        })
+    }
+  }
+
+  /// How long a blocking wait lasts before it asks the deadlock detector to look: a wait that
+  /// ends sooner runs none of the detector's code.
+  static let grace: UInt64 = 50_000_000
+}

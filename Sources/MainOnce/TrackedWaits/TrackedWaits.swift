@@ -1,0 +1,353 @@
+public import Dispatch
+internal import Synchronization
+
+/// Performs a blocking wait that MainOnce's deadlock detector can see.
+///
+/// While `wait` runs, MainOnce publishes that the calling thread waits for `target`. If `target`
+/// waits, directly or through other threads, for the calling thread (for example a thread
+/// blocked in ``onceOnMain(token:file:line:_:)`` while the caller holds the main queue), the
+/// wait may never end. MainOnce cannot see inside `wait`: it may compute, sleep for another
+/// reason, or return. So such a cycle is **reported, never stopped**: the other threads on it
+/// report it ("MainOnce: possible deadlock", one line per wait) once their own waits have
+/// outlived their grace, and waiting goes on. Use `DispatchSemaphore.wait(for:)` or
+/// `DispatchGroup.wait(for:)` where you can: a cycle through them is proven and stopped.
+///
+/// ```swift
+/// func rebuildIndex() {
+///   let indexer = WaitTarget.work("indexer")
+///   let finished = DispatchSemaphore(value: 0)
+///   DispatchQueue.global().async {
+///     indexer.perform { buildIndex() }
+///     finished.signal()
+///   }
+///   withTrackedWait(for: indexer) { finished.wait() }  // as finished.wait(for: indexer) does
+/// }
+/// ```
+///
+/// Publishing the wait costs a few stores; nothing else runs unless another wait outlives its
+/// grace. Under the `service` policy, main-queue code runs the initializers queued for the main
+/// queue once before `wait`; it cannot interrupt `wait` to run more.
+///
+/// - Parameters:
+///   - target: Whom the wait depends on.
+///   - file: The caller's file, for reports; leave the default.
+///   - line: The caller's line, for reports; leave the default.
+///   - wait: The blocking wait itself.
+/// - Returns: What `wait` returns.
+/// - Throws: What `wait` throws.
+public func withTrackedWait<Result, Failure: Error>(
+  for target: WaitTarget,
+  file: StaticString = #fileID,
+  line: UInt = #line,
+  _ wait: () throws(Failure) -> Result
+) throws(Failure) -> Result {
+  let thread = ThreadRecord.current
+  let record = thread.takeTrackedWait(
+    for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
+    proof: .opaque)
+  defer { thread.returnTrackedWait(record) }
+  if Servicing.applies(on: thread) { Servicing.runQueuedAttempts(on: thread) }
+  return try record.published(on: thread, wait)
+}
+
+extension DispatchSemaphore {
+  /// Waits for a signal that `target` will send, as a tracked wait.
+  ///
+  /// A semaphore that is signalled already returns at once: one `dispatch_semaphore_wait` with
+  /// a past deadline, no clock read, nothing recorded. A wait that lasts longer than MainOnce's
+  /// grace (50 ms) is published and waits in slices of 25 ms, so that the deadlock detector can
+  /// prove it blocked: a cycle through it (the main queue waiting for `target` while `target`
+  /// waits for the main queue, say) stops the process with a report, within about 100 ms of
+  /// forming. Under the `service` policy, main-queue code runs the initializers queued for the
+  /// main queue while it waits.
+  ///
+  /// - Parameters:
+  ///   - target: Whom the signal comes from.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  @inlinable
+  public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
+    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return }
+    _ = _trackedWait(
+      for: target, deadline: nil, operation: "DispatchSemaphore.wait(for:)", file: file,
+      line: line)
+  }
+
+  /// Waits at most until `timeout` for a signal that `target` will send, as a tracked wait.
+  ///
+  /// A wait with a deadline ends by itself: a cycle through it is reported, never stopped.
+  ///
+  /// - Parameters:
+  ///   - target: Whom the signal comes from.
+  ///   - timeout: When to stop waiting.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  /// - Returns: Whether the semaphore was signalled in time.
+  @inlinable
+  public func wait(
+    for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
+    line: UInt = #line
+  ) -> DispatchTimeoutResult {
+    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return .success }
+    return _trackedWait(
+      for: target, deadline: timeout, operation: "DispatchSemaphore.wait(for:timeout:)",
+      file: file, line: line)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _trackedWait(
+    for target: WaitTarget, deadline: DispatchTime?, operation: StaticString,
+    file: StaticString, line: UInt
+  ) -> DispatchTimeoutResult {
+    trackedWait(
+      self, for: target, deadline: deadline, operation: operation,
+      site: CallSite(file: file, line: line))
+  }
+}
+
+extension DispatchGroup {
+  /// Waits until the group's work, done by `target`, has finished, as a tracked wait (see
+  /// `DispatchSemaphore.wait(for:file:line:)`). A group with no work left returns at once.
+  ///
+  /// - Parameters:
+  ///   - target: Who does the group's work.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  @inlinable
+  public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
+    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return }
+    _ = _trackedWait(
+      for: target, deadline: nil, operation: "DispatchGroup.wait(for:)", file: file, line: line)
+  }
+
+  /// Waits at most until `timeout` for the group's work, done by `target`, as a tracked wait.
+  ///
+  /// A wait with a deadline ends by itself: a cycle through it is reported, never stopped.
+  ///
+  /// - Parameters:
+  ///   - target: Who does the group's work.
+  ///   - timeout: When to stop waiting.
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  /// - Returns: Whether the work finished in time.
+  @inlinable
+  public func wait(
+    for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
+    line: UInt = #line
+  ) -> DispatchTimeoutResult {
+    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return .success }
+    return _trackedWait(
+      for: target, deadline: timeout, operation: "DispatchGroup.wait(for:timeout:)", file: file,
+      line: line)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _trackedWait(
+    for target: WaitTarget, deadline: DispatchTime?, operation: StaticString,
+    file: StaticString, line: UInt
+  ) -> DispatchTimeoutResult {
+    trackedWait(
+      self, for: target, deadline: deadline, operation: operation,
+      site: CallSite(file: file, line: line))
+  }
+}
+
+/// What the tracked waits of `DispatchSemaphore` and `DispatchGroup` share.
+protocol TrackableWait: AnyObject, Sendable {
+  func wait(timeout: DispatchTime) -> DispatchTimeoutResult
+}
+
+extension DispatchSemaphore: TrackableWait {}
+extension DispatchGroup: TrackableWait {}
+
+extension TrackableWait {
+  /// Waits until `deadline`; serving, if `serves`, the initializers queued for the main queue
+  /// every millisecond. Whether the wait ended.
+  func wait(until deadline: DispatchTime, serving serves: Bool, on thread: ThreadRecord) -> Bool {
+    guard serves else { return wait(timeout: deadline) == .success }
+    while true {
+      Servicing.runQueuedAttempts(on: thread)
+      let step = min(deadline, .now() + .milliseconds(1))
+      if wait(timeout: step) == .success { return true }
+      if step == deadline { return false }
+    }
+  }
+}
+
+/// The slow path of a tracked semaphore or group wait: unpublished for the grace, then
+/// published and waiting in slices that the deadlock detector watches.
+func trackedWait(
+  _ waitable: some TrackableWait, for target: WaitTarget, deadline: DispatchTime?,
+  operation: StaticString, site: CallSite
+) -> DispatchTimeoutResult {
+  let thread = ThreadRecord.current
+  let serves = Servicing.applies(on: thread)
+  let graceEnd = DispatchTime.now() + .nanoseconds(Int(WaitBoard.grace))
+  if waitable.wait(until: min(graceEnd, deadline ?? graceEnd), serving: serves, on: thread) {
+    return .success
+  }
+  if let deadline, deadline <= graceEnd { return .timedOut }
+  let record = thread.takeTrackedWait(
+    for: target, operation: operation, site: site, proof: deadline == nil ? .slices : .timed)
+  defer { thread.returnTrackedWait(record) }
+  record.holdsMainQueue = MainContext.isCurrent(on: thread)
+  record.servesMainQueue = serves
+  var result = DispatchTimeoutResult.timedOut
+  record.published(on: thread) {
+    Detector.watch(record) { sliceEnd in
+      let end = deadline.map { min($0, sliceEnd) } ?? sliceEnd
+      let number = record.startedSlices.load(ordering: .relaxed) &+ 1
+      record.startedSlices.store(number, ordering: .sequentiallyConsistent)
+      if waitable.wait(until: end, serving: serves, on: thread) {
+        result = .success
+        return true
+      }
+      record.timedOutSlice.store(number, ordering: .sequentiallyConsistent)
+      return end == deadline
+    }
+  }
+  return result
+}
+
+extension DispatchQueue {
+  /// Runs `work` on this serial queue and waits for it, like `sync(execute:)`, as a tracked
+  /// wait for ``WaitTarget/queue(_:file:line:)`` of this queue.
+  ///
+  /// The wait is published before the queue's owner is read, without allocating: a cycle
+  /// through it (this thread waits for the queue's owner, which waits for this thread) is
+  /// stopped by the other threads on it. On `DispatchQueue.main` from main context, or on any
+  /// queue this thread holds, this stops with a message instead of trapping in libdispatch
+  /// without one. It cannot be interrupted: under the `service` policy, main-queue code runs the
+  /// initializers queued for the main queue once before it, not while it waits.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for reports; leave the default.
+  ///   - line: The caller's line, for reports; leave the default.
+  ///   - work: The work to run on the queue.
+  /// - Returns: What `work` returns.
+  /// - Throws: What `work` throws.
+  public func trackedSync<Result, Failure: Error>(
+    file: StaticString = #fileID, line: UInt = #line,
+    execute work: () throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    let thread = ThreadRecord.current
+    let site = CallSite(file: file, line: line)
+    let record = thread.takeTrackedWait(
+      for: WaitTarget(kind: .queue(self)), operation: "DispatchQueue.trackedSync", site: site,
+      proof: .structural)
+    defer { thread.returnTrackedWait(record) }
+    if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
+    if Servicing.applies(on: thread) { Servicing.runQueuedAttempts(on: thread) }
+    return try record.published(on: thread) { () throws(Failure) -> Result in
+      QueueOwnership.stopIfSyncWouldWaitForItself(on: self, at: site, thread: thread.id)
+      do {
+        return try sync {
+          record.entered.store(true, ordering: .sequentiallyConsistent)
+          return try work()
+        }
+      } catch {
+        // `work` is the only thing in here that throws, and it throws `Failure`.
+        throw error as! Failure
+      }
+    }
+  }
+}
+
+/// A tracked wait, published while its thread waits. Each thread keeps one to reuse
+/// (``ThreadRecord/takeTrackedWait(for:operation:site:proof:)``), so that publishing a wait
+/// allocates nothing.
+final class TrackedWait: BlockingWait, @unchecked Sendable {
+  // This is safe because the variables are written by the waiting thread only while the wait
+  // is not published, and read by the deadlock detector only while it is, inside
+  // `WaitBoard.read`, which a withdrawal waits for; the marks and counters are atomics.
+  let thread: ThreadID
+  @exclusivity(unchecked) var target: WaitTarget
+  @exclusivity(unchecked) var operation: StaticString = ""
+  @exclusivity(unchecked) var site = CallSite(file: "", line: 0)
+  @exclusivity(unchecked) var proof = WaitProof.opaque
+  @exclusivity(unchecked) var holdsMainQueue = false
+  @exclusivity(unchecked) var servesMainQueue = false
+  /// Set by `trackedSync` when its work starts: the wait for the queue is over.
+  let entered = Atomic(false)
+  /// For a sliced wait: how many slices have started, and the number of the last that timed
+  /// out.
+  let startedSlices = Atomic<UInt>(0)
+  let timedOutSlice = Atomic<UInt>(0)
+
+  init(thread: ThreadID) {
+    self.thread = thread
+    target = WaitTarget(kind: .thread(thread))
+  }
+
+  /// Runs `body` with the wait published.
+  @inline(__always)
+  func published<Result, Failure: Error>(
+    on thread: ThreadRecord, _ body: () throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    let previous = WaitBoard.publish(self, on: thread)
+    defer { WaitBoard.withdraw(previous, on: thread) }
+    return try body()
+  }
+
+  var isOver: Bool { entered.load(ordering: .sequentiallyConsistent) }
+  func blockers() -> Blockers { isOver ? .none : target.blockers }
+  var epoch: UInt { 0 }
+  var slices: (started: UInt, lastTimedOut: UInt) {
+    (
+      startedSlices.load(ordering: .sequentiallyConsistent),
+      timedOutSlice.load(ordering: .sequentiallyConsistent)
+    )
+  }
+  var call: String { "\(operation) at \(site)" }
+  var waitsFor: String { "\(target)" }
+  var stallSubject: (any StallSubject)? { nil }
+}
+
+extension ThreadRecord {
+  /// A tracked wait to publish, set up for one wait; give it back with
+  /// ``returnTrackedWait(_:)``. A wait nested in another of this thread's gets a fresh one.
+  func takeTrackedWait(
+    for target: WaitTarget, operation: StaticString, site: CallSite, proof: WaitProof
+  ) -> TrackedWait {
+    let wait = spareTrackedWait ?? TrackedWait(thread: id)
+    spareTrackedWait = nil
+    wait.target = target
+    wait.operation = operation
+    wait.site = site
+    wait.proof = proof
+    wait.holdsMainQueue = false
+    wait.servesMainQueue = false
+    wait.entered.store(false, ordering: .relaxed)
+    return wait
+  }
+
+  func returnTrackedWait(_ wait: TrackedWait) {
+    spareTrackedWait = wait
+  }
+}
+
+/// The `service` policy (``DeadlockDetection/Response/service``) for tracked waits: main-queue
+/// code that blocks in `DispatchSemaphore.wait(for:)` or `DispatchGroup.wait(for:)` runs, in
+/// place, the MainOnce initializers queued for the main queue, every millisecond while it
+/// waits, whatever the wait-for graph says; as a run loop nested in main-queue code runs other
+/// main-queue work. An initializer's caller is answered as if its hop had run it; the hop, when
+/// it comes, finds nothing to do.
+enum Servicing {
+  /// Whether a wait on `thread` is to serve initializers: under `service`, in main context.
+  static func applies(on thread: ThreadRecord) -> Bool {
+    DeadlockDetection.cycleResponse == .service && MainContext.isCurrent(on: thread)
+  }
+
+  /// Runs, in place, every initializer whose hop is on its way. The caller holds the main
+  /// queue, so no hop runs meanwhile.
+  static func runQueuedAttempts(on thread: ThreadRecord) {
+    let flights = OnceCell.lock.withLock {
+      MainQueueEngine.awaitingHop.filter { $0.runner == nil && $0.outcome == nil }
+    }
+    for flight in flights {
+      MainQueueEngine.driveUnlessDriven(flight, on: thread, isHop: false)
+    }
+  }
+}
