@@ -25,9 +25,9 @@ enum ServiceScenario: String, CaseIterable {
   /// A main-queue initializer running in place waits for a worker that waits for that same
   /// initializer: the initializer already runs, so serving cannot break the cycle.
   case runningInitializerWaits
-  /// Main-queue code blocks in `withTrackedWait` first, which cannot be interrupted; then the
-  /// worker blocks in `onceOnMain`.
-  case uninterruptible
+  /// Main-queue code blocks in `trackedSync` on a queue a worker holds, which cannot be
+  /// interrupted; then the worker, still holding it, blocks in `onceOnMain`.
+  case uninterruptibleSync
   /// The worker blocks in `onceOnMain` first; then main-queue code waits for it in
   /// `withTrackedWait`, which serves the initializer before it blocks.
   case trackedWaitWorkerFirst
@@ -60,7 +60,22 @@ enum ServiceScenario: String, CaseIterable {
           withTrackedWait(for: worker) { done.wait() }
         }
         record.finish("the wait ended")
-      case .mainFirst, .fromEnvironment, .mainFirstGroup, .uninterruptible:
+      case .uninterruptibleSync:
+        let queue = DispatchQueue(label: "service.held")
+        let held = DispatchSemaphore(value: 0)
+        let mainQueueThread = KernelThread.current
+        Thread {
+          queue.sync {
+            held.signal()
+            // Once main-queue code sleeps in its trackedSync on this queue.
+            _ = waitUntil { KernelThread.isAsleep(mainQueueThread) }
+            onceOnMain(token: Tokens.token) { record.ran() }
+          }
+        }.start()
+        held.wait()
+        queue.trackedSync {}
+        record.finish("the cycle went unnoticed")
+      case .mainFirst, .fromEnvironment, .mainFirstGroup:
         let done = DispatchSemaphore(value: 0)
         let group = DispatchGroup()
         group.enter()
@@ -74,13 +89,6 @@ enum ServiceScenario: String, CaseIterable {
           done.signal()
           group.leave()
         }.start()
-        if self == .uninterruptible {
-          withTrackedWait(for: worker) {
-            waits.signal()
-            done.wait()
-          }
-          record.finish("the cycle went unnoticed")
-        }
         record.waitBegins()
         waits.signal()
         if self == .mainFirstGroup { group.wait(for: worker) } else { done.wait(for: worker) }

@@ -13,10 +13,11 @@ struct OnceCellTests {
     // The owner borrows the storage, so the flight is published as it finishes; each handler
     // is submitted while it is resolved, and sees whether a caller on the fast path could
     // already have gone ahead of it.
-    let owner = Waiter(site: cellSite, kind: .inPlace, attempt: nil, storage: storage.word.address)
+    let owner = Waiter(
+      site: cellSite, label: cellLabel, kind: .inPlace, attempt: nil, storage: storage.word.address)
     let handlers = (0..<3).map { _ in
       Waiter(
-        site: cellSite,
+        site: cellSite, label: cellLabel,
         kind: .handler { _ in publishedAtHandler.record(storage.word.isPublished) },
         attempt: nil, storage: nil)
     }
@@ -37,7 +38,8 @@ struct OnceCellTests {
   @Test("a cell finished while no caller borrowed it is published by the next caller that asks")
   func finishedCellIsPublishedByTheNextCaller() {
     let storage = CellStorage()
-    let handler = Waiter(site: cellSite, kind: .handler { _ in }, attempt: nil, storage: nil)
+    let handler = Waiter(
+      site: cellSite, label: cellLabel, kind: .handler { _ in }, attempt: nil, storage: nil)
     var wakes = Wakes()
     let published = OnceCell.lock.withLock { () -> [Bool] in
       guard case .inFlight(let flight) = storage.cell.phase() else { return [] }
@@ -59,9 +61,11 @@ struct OnceCellTests {
     let parking = Parking()
     let me = ThreadRecord.current.id
     let failed = Waiter(
-      site: cellSite, kind: .thread(parking, me), attempt: nil, storage: storage.word.address)
+      site: cellSite, label: cellLabel, kind: .thread(parking, me), attempt: nil,
+      storage: storage.word.address)
     let next = Waiter(
-      site: cellSite, kind: .thread(parking, me), attempt: nil, storage: storage.word.address)
+      site: cellSite, label: cellLabel, kind: .thread(parking, me), attempt: nil,
+      storage: storage.word.address)
     var wakes = Wakes()
     let ended = OnceCell.lock.withLock { () -> [Bool] in
       guard case .inFlight(let flight) = storage.cell.phase() else { return [] }
@@ -71,7 +75,7 @@ struct OnceCellTests {
       flight.finish(failed, with: .failure(AttemptFailed()), into: &wakes)
       // The runner goes on with `next`: the failed caller's wait still names it as its blocker,
       // so only its end mark keeps the deadlock detector from counting it.
-      let marks = [failed.hasEnded, next.hasEnded]
+      let marks = [failed.isOver, next.isOver]
       flight.finish(next, with: .success(0), into: &wakes)
       return marks
     }
@@ -83,6 +87,8 @@ struct OnceCellTests {
 private struct AttemptFailed: Error {}
 
 private let cellSite = CallSite(file: #fileID, line: #line)
+private let cellLabel = CellLabel.token(
+  name: nil, declaration: DeclarationSite(file: #fileID, line: #line))
 
 /// A once-cell's storage: a class keeps the word in place for as long as the test uses it.
 private final class CellStorage: Sendable {

@@ -181,24 +181,28 @@ struct OnceOnMainTests {
 }
 
 /// How many callers wait, queued behind the running initializer or body, for the cell whose
-/// label contains `text`: found through the deadlock detector's record of blocked threads, and
-/// counted by the cell under its own lock.
+/// label contains `text`: found through the waits blocked threads publish, and counted by the
+/// cell under its own lock.
 func waitingCallers(labelContaining text: String) -> Int {
-  let subjects = Detector.state.withLock { state in
-    // A wait that is over stays recorded until its thread records another: only what each
-    // thread waits for now counts.
-    state.activeWaits.compactMap { wait -> (any WaitSubject)? in
-      guard case .subject(let subject, _) = wait.object,
-        subject.label.description.contains(text)
-      else { return nil }
-      return subject
+  let cells = WaitBoard.read { published in
+    published.compactMap { entry -> AnyObject? in
+      if let waiter = entry.wait as? Waiter, !waiter.isOver,
+        waiter.label.description.contains(text)
+      {
+        return OnceCell.lock.withLock { waiter.flight }
+      }
+      if let waiter = entry.wait as? RunOnceCell.Waiter, !waiter.isOver,
+        waiter.cell.label.description.contains(text)
+      {
+        return waiter.cell
+      }
+      return nil
     }
   }
-  guard let subject = subjects.first else { return 0 }
-  if let flight = subject as? Flight {
+  if let flight = cells.first as? Flight {
     return OnceCell.lock.withLock { flight.queue.filter { !$0.isRunning }.count }
   }
-  if let cell = subject as? RunOnceCell {
+  if let cell = cells.first as? RunOnceCell {
     return RunOnceCell.lock.withLock { cell.current?.waiting.count ?? 0 }
   }
   return 0

@@ -54,7 +54,10 @@ struct ServiceTests {
     arguments: [
       ("unbreakable", "no MainOnce initializer on it waits to run on the main queue"),
       ("runningInitializerWaits", "no MainOnce initializer on it waits to run on the main queue"),
-      ("uninterruptible", "the main-queue wait on it cannot be interrupted to run the initializer"),
+      (
+        "uninterruptibleSync",
+        "the main-queue wait on it cannot be interrupted to run the initializer"
+      ),
     ])
   func unbreakableCycleStops(_ scenario: String, _ why: String) async throws {
     let outcome = try await run(scenario)
@@ -67,7 +70,7 @@ struct ServiceTests {
       lines.contains(
         "  the service policy cannot break this cycle: " + why
           + {
-            scenario == "uninterruptible"
+            scenario == "uninterruptibleSync"
               ? ": once blocked, only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) without"
                 + " a deadline serve initializers" : ""
           }()), "\(lines)")

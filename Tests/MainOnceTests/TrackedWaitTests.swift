@@ -12,8 +12,7 @@ struct TrackedWaitTests {
   func trackedWaitLeavesNoEdge() async {
     let outcome = await onThread { () -> (Int, Bool) in
       let value = withTrackedWait(for: .work("nothing")) { 42 }
-      let me = ThreadRecord.current.id
-      return (value, Detector.state.withLock { $0.activeWait(of: me) != nil })
+      return (value, ThreadRecord.current.publishedWait.load(ordering: .relaxed) != 0)
     }
     #expect(outcome?.0 == 42)
     #expect(outcome?.1 == false)
@@ -236,56 +235,18 @@ private let cycleHint =
   "hint: each of these waits can end only after the next one has: none ever will."
 
 extension TrackedWaitTests {
-  /// A semaphore may be signalled between its wait's first try and the cycle's proof: the wait's
-  /// recheck then ends it without blocking, and nothing is reported.
-  @Test("a proven cycle is not reported when the wait that closes it can end after all")
-  func recheckedCycleIsNotReported() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      boundExitTest(seconds: 10)
-      DeadlockDetection.cycleResponse = .abort
-      let me = ThreadRecord.current.id
-      let started = DispatchSemaphore(value: 0)
-      let release = DispatchSemaphore(value: 0)
-      let other = Atomic<Int32>(0)
-      Thread {
-        other.store(ThreadRecord.current.id.rawValue, ordering: .releasing)
-        started.signal()
-        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
-      }.start()
-      started.wait()
-      let otherID = ThreadID(rawValue: other.load(ordering: .acquiring))
-      guard waitUntil({ ThreadSampler.reading(of: otherID).isAsleepInFutex }) else { exit(2) }
-      // The other thread, asleep in its blocking call, waits for this one; this one's wait for
-      // it closes the cycle, and can end after all.
-      let theirs = RecordedWait(
-        on: otherID, object: .target(WaitTarget(kind: .thread(me))), operation: "theirs",
-        site: CallSite(file: #fileID, line: #line), holdsMainQueue: false,
-        evidence: .sleepsInWait)
-      theirs.blocking.add(1, ordering: .releasing)
-      Detector.state.withLock { $0.waits[otherID] = theirs }
-      let mine = RecordedWait(
-        on: me, object: .target(WaitTarget(kind: .thread(otherID))), operation: "mine",
-        site: CallSite(file: #fileID, line: #line), holdsMainQueue: false,
-        evidence: .sleepsInWait)
-      Detector.begin(mine, recheck: { true })
-      Detector.end(mine)
-      release.signal()
-    }
-    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
-    #expect(!text.contains("deadlock detected"), "\(text)")
-  }
-}
-
-extension TrackedWaitTests {
   @Test("once trackedSync's work has started, its thread no longer waits for the queue")
   func trackedSyncEndsItsWaitWhenItsWorkStarts() async {
     let outcome = await onThread { () -> [Bool] in
       let queue = DispatchQueue(label: "mainonce.tests.entered")
       return queue.trackedSync {
         let me = ThreadRecord.current.id
-        let wait = Detector.state.withLock { $0.waits[me] }
-        // Recorded, and over: the graph skips it.
-        return [wait != nil, wait?.isOver == true]
+        let mine = WaitBoard.read { published in
+          published.compactMap { $0.wait as? any BlockingWait }.filter { $0.thread == me }
+            .map(\.isOver)
+        }
+        // Published, and over: the graph skips it.
+        return [mine.count == 1, mine.first == true]
       }
     }
     #expect(outcome == [true, true])

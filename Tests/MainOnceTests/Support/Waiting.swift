@@ -1,7 +1,7 @@
 import MainOnceFixtureSupport
 import Testing
 
-@testable import MainOnce
+@_spi(Instrumentation) @testable import MainOnce
 
 /// Waits until `condition` holds, looking every millisecond on a thread of its own (never on the
 /// cooperative pool), for at most `timeout` (scaled, see ``TimeScale``); returns whether it did.
@@ -24,7 +24,7 @@ func eventually(
 /// `AsyncMainLazy` build whose label (as reports print it) `matches`: the callers its stall
 /// report would list, counted by the cell under its own lock.
 func callersWaiting(where matches: (String) -> Bool) -> Int {
-  let subjects = Detector.state.withLock { $0.subjectsToWatch() }
+  let subjects = Instrumentation.waitedFor
   return subjects.filter { matches("\($0.label)") }
     .compactMap { $0.stallSnapshot()?.callers.count }.reduce(0, +)
 }
