@@ -171,6 +171,32 @@ struct DeadlockTests {
     #expect(!outcome.standardError.contains("Fatal error"))
   }
 
+  /// A main thread that sleeps and never drains may run a loop of its own (SDL, GLib): calling
+  /// `dispatchMain()` there would move main-queue work off the main thread.
+  @Test("a main thread that sleeps instead of serving is told to drain with MainQueueDriver too")
+  func sleepingMainHint() async throws {
+    let outcome = try await run("sleepingMain")
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    let hint = try #require(
+      outcome.standardError.split(separator: "\n").first { $0.hasPrefix("hint: ") },
+      "\(outcome.standardError)")
+    #expect(hint.contains("MainQueueDriver.drain()"), "\(hint)")
+    #expect(hint.contains("dispatchMain() or RunLoop.main.run()"), "\(hint)")
+  }
+
+  @Test("where /proc cannot be read, stalls that abort are reported, say why, and go on")
+  func stallAbortWithoutProc() async throws {
+    let outcome = try await run(
+      "rawSemaphore", ["MAINONCE_DEADLOCK": "abort", "MAINONCE_PROC": "off"])
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS initializer ran: true")
+    #expect(
+      outcome.standardError.contains(
+        "MainOnce cannot read /proc/self/task, so it cannot tell a stuck thread from a slow one:"
+          + " it does not stop the process"), "\(outcome.standardError)")
+    #expect(!outcome.standardError.contains("Fatal error"))
+  }
+
   @Test(
     "a tracked wait that can end is no deadlock: with a deadline, signalled, released, or running",
     arguments: [
