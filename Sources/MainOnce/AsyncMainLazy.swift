@@ -99,10 +99,10 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     let caller = AsyncBuild.Caller(insideBuild: AsyncBuild.Marker.current)
     let outcome = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, joined, starts) = AsyncBuild.lock.withLock {
-          () -> (AsyncBuild.Outcome?, AsyncBuild?, Bool) in
-          if _storage.isPublished { return (.built, nil, false) }
-          if caller.isCancelled { return (.cancelled, nil, false) }
+        let (now, joined, starts, times) = AsyncBuild.lock.withLock {
+          () -> (AsyncBuild.Outcome?, AsyncBuild?, Bool, Bool) in
+          if _storage.isPublished { return (.built, nil, false, false) }
+          if caller.isCancelled { return (.cancelled, nil, false, false) }
           let starts = current.build == nil
           if starts { current.build = AsyncBuild(label: label) }
           let build = current.build!
@@ -111,13 +111,12 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           }
           caller.continuation = continuation
           build.callers.append(caller)
-          return (nil, build, starts)
+          defer { build.isTimed = true }
+          return (nil, build, starts, !build.isTimed)
         }
         if let now { return continuation.resume(returning: now) }
-        if starts {
-          start(joined!)
-          joined!.startTimer()
-        }
+        if starts { start(joined!) }
+        if times { joined!.startTimer() }
       }
     } onCancel: {
       let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
@@ -128,6 +127,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           return nil
         }
         build.callers.remove(at: index)
+        // Nobody is left to watch for: the next caller starts a timer again.
+        if build.callers.isEmpty { build.isTimed = false }
         return build
       }
       guard let build else { return }
@@ -197,8 +198,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
-  // This is safe because `callers`, `hasStarted`, `isOver` and `reportedSince` are only read
-  // and written under `lock`.
+  // This is safe because `callers`, `hasStarted`, `isOver`, `reportedSince` and `isTimed` are
+  // only read and written under `lock`.
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
   /// on the slow path, for a few instructions at a time.
@@ -268,6 +269,8 @@ final class AsyncBuild: @unchecked Sendable {
   /// When the oldest caller had begun to wait, once a stall report about the build was
   /// delivered.
   var reportedSince: UInt64?
+  /// Set while a timer watches the build for its callers.
+  var isTimed = false
 
   init(label: CellLabel) {
     self.label = label
@@ -277,7 +280,7 @@ final class AsyncBuild: @unchecked Sendable {
   /// wait for it then.
   func startTimer() {
     Instrumentation.noteSubject(self)
-    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(WaitBoard.grace))) {
+    Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
       if self.stallSnapshot() != nil { Detector.watchStall(of: self) }
     }
   }

@@ -29,6 +29,9 @@ extern struct dispatch_queue_s *_Nullable dispatch_get_current_queue(void);
 extern void dispatch_release(void *object);
 extern void dispatch_set_target_queue(void *object, struct dispatch_queue_s *_Nullable queue);
 extern struct dispatch_queue_s *dispatch_get_global_queue(long identifier, unsigned long flags);
+extern uint64_t dispatch_time(uint64_t when, int64_t delta);
+extern void dispatch_after_f(uint64_t when, struct dispatch_queue_s *queue, void *_Nullable context,
+                             void (*work)(void *_Nullable));
 extern int _dispatch_get_main_queue_handle_4CF(void);
 extern void _dispatch_main_queue_callback_4CF(void *_Nullable message);
 
@@ -212,9 +215,15 @@ void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable conte
   dispatch_async_f(&_dispatch_main_q, context, work);
 }
 
-void mainonce_async_overcommit(void *context, void (*work)(void *_Nullable context)) {
+void mainonce_async_overcommit(uint64_t delay, void *context,
+                               void (*work)(void *_Nullable context)) {
   // DISPATCH_QUEUE_OVERCOMMIT, libdispatch's private flag for the overcommit root queues.
-  dispatch_async_f(dispatch_get_global_queue(0, 0x2ull), context, work);
+  struct dispatch_queue_s *queue = dispatch_get_global_queue(0, 0x2ull);
+  if (delay == 0) {
+    dispatch_async_f(queue, context, work);
+  } else {
+    dispatch_after_f(dispatch_time(0, (int64_t)delay), queue, context, work);
+  }
 }
 
 void mainonce_main_queue_drain(void) {

@@ -96,7 +96,7 @@ private final class TimerWatch: @unchecked Sendable {
   init(subject: any StallSubject) { self.subject = subject }
 
   func next() {
-    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(Detector.slice))) {
+    Platform.runOnOvercommitQueue(afterNanoseconds: Detector.slice) {
       guard self.subject.stallSnapshot().map({ !$0.callers.isEmpty }) == true else { return }
       self.stall.look(at: self.subject, site: nil)
       self.next()

@@ -159,7 +159,7 @@ enum MainQueueEngine {
   /// `WaitBoard.grace`, the deadlock detector watches it if any is still waiting.
   private static func startTimer(for flight: Flight) {
     Instrumentation.noteSubject(flight)
-    DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(WaitBoard.grace))) {
+    Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
       if flight.stallSnapshot() != nil { Detector.watchStall(of: flight) }
     }
   }

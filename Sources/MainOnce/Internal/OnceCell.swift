@@ -164,7 +164,7 @@ final class Flight: @unchecked Sendable {
   /// When the oldest caller had begun to wait, once a stall report about the flight was
   /// delivered: the report of its end says how long they waited.
   @exclusivity(unchecked) var reportedSince: UInt64?
-  /// Set once a timer watches the flight for callers that do not block.
+  /// Set while a timer watches the flight for callers that do not block.
   @exclusivity(unchecked) var isTimed = false
 
   init(label: CellLabel) { self.label = label }
@@ -229,6 +229,8 @@ final class Flight: @unchecked Sendable {
     guard waiter.resolution == nil, !waiter.isRunning else { return }
     queue.remove(waiter)
     wakes.resolve(waiter, .cancelled)
+    // Nobody is left to watch for: the next caller that does not block starts a timer again.
+    if queue.isEmpty { isTimed = false }
     checkInvariant()
   }
 

@@ -69,10 +69,14 @@ enum Platform {
     }
   }
 
-  /// Runs `body` on libdispatch's overcommit global queue: on a thread of its own if every
-  /// worker is busy, so that a body that blocks delays no other.
-  static func runOnOvercommitQueue(_ body: @escaping @Sendable () -> Void) {
-    mainonce_async_overcommit(Unmanaged.passRetained(ThreadBody(body)).toOpaque()) { context in
+  /// Runs `body` on libdispatch's overcommit global queue, after `delay` nanoseconds: on a
+  /// thread of its own if every worker is busy or blocked, so that a body that blocks delays no
+  /// other, and a timer fires even when the thread pool is exhausted.
+  static func runOnOvercommitQueue(
+    afterNanoseconds delay: UInt64 = 0, _ body: @escaping @Sendable () -> Void
+  ) {
+    mainonce_async_overcommit(delay, Unmanaged.passRetained(ThreadBody(body)).toOpaque()) {
+      context in
       Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().body()
     }
   }

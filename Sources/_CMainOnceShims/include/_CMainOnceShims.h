@@ -58,8 +58,9 @@ int32_t mainonce_main_queue_handle(void);
 void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context));
 
 /// Runs `work(context)` on libdispatch's default-priority overcommit global queue, which starts
-/// a thread for it if every worker is busy (or blocked).
-void mainonce_async_overcommit(void *context, void (*work)(void *_Nullable context));
+/// a thread for it if every worker is busy (or blocked), `delay` nanoseconds from now (0: now).
+void mainonce_async_overcommit(uint64_t delay, void *context,
+                               void (*work)(void *_Nullable context));
 
 /// Runs the main queue's pending work on the calling thread, as CoreFoundation's run loop
 /// does. Legal only on the main thread while the main queue is bound to it.
