@@ -8,11 +8,11 @@ enum DeadlockStory: String, CaseIterable {
   var summary: String {
     switch self {
     case .cycle:
-      "the main queue waits (tracked) for a worker that needs the stack: stopped at once"
+      "the main queue waits (tracked) for a worker that needs the stack: proven, stopped in ~100 ms"
     case .stall:
       "the main queue waits on a raw semaphore for that worker: reported, then it recovers"
     case .abort:
-      "the same raw semaphore wait, with stalls set to abort: stopped after the stall timeout"
+      "the same raw semaphore wait, with stalls set to abort: stopped after two stall timeouts"
     case .neverServed:
       "top-level code blocks before it starts a run loop: reported"
     case .busy:
