@@ -71,8 +71,8 @@ struct ServiceTests {
         "  the service policy cannot break this cycle: " + why
           + {
             scenario == "uninterruptibleSync"
-              ? ": once blocked, only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) without"
-                + " a deadline serve initializers" : ""
+              ? ": once blocked, only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:)"
+                + " serve initializers" : ""
           }()), "\(lines)")
   }
 

@@ -120,6 +120,49 @@ struct TrackedWaitTests {
     #expect(text.contains("which performs it"))
   }
 
+  /// Neither thread can look again once blocked in `sync`: the one that closes the deadlock
+  /// finds it before it blocks.
+  @Test(
+    "two trackedSync calls into each other's queues are stopped, whichever closes it",
+    arguments: [false, true])
+  func trackedSyncCycle(_ theOtherCloses: Bool) async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      [theOtherCloses] in
+      boundExitTest()
+      let first = DispatchQueue(label: "tracked.first")
+      let second = DispatchQueue(label: "tracked.second")
+      let inside = DispatchSemaphore(value: 0)
+      let other = Atomic<Int32>(0)
+      let me = KernelThread.current
+      Thread {
+        second.sync {
+          other.store(KernelThread.current, ordering: .releasing)
+          inside.signal()
+          // This thread closes it once the first sleeps in its sync (bounded).
+          if theOtherCloses { _ = waitUntil { KernelThread.isAsleep(me) } }
+          first.trackedSync {}
+        }
+      }.start()
+      first.sync {
+        inside.wait()
+        if !theOtherCloses {
+          _ = waitUntil { KernelThread.isAsleep(other.load(ordering: .acquiring)) }
+        }
+        second.trackedSync {}
+      }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
+    #expect(lines.first == "MainOnce: deadlock detected", "\(text)")
+    for (queue, other) in [("first", "second"), ("second", "first")] {
+      #expect(
+        lines.contains {
+          $0.contains("waits for queue \"tracked.\(queue)\" in DispatchQueue.trackedSync at ")
+            && $0.hasSuffix(", which runs that queue")
+        }, "\(other): \(text)")
+    }
+  }
+
   @Test("a concurrent queue is rejected as a wait target, naming the call site")
   func concurrentQueueTarget() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -59,8 +59,7 @@ extension DeadlockReport {
       let why =
         edges.contains { $0.node.waitsForMainQueueInitializer }
         ? "the main-queue wait on it cannot be interrupted to run the initializer: once blocked,"
-          + " only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) without a deadline"
-          + " serve initializers"
+          + " only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) serve initializers"
         : "no MainOnce initializer on it waits to run on the main queue"
       lines.append("  the service policy cannot break this cycle: \(why)")
     }

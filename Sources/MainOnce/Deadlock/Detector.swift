@@ -13,8 +13,9 @@ internal import Synchronization
 ///
 /// A watched wait looks, once per ``slice``, for a deadlock through it (``WaitGraph``). One
 /// whose every wait can prove that it is blocked (`WaitProof`) is a suspect: proven once a later
-/// look finds the same waits blocked the same way, and every semaphore or group wait among them
-/// through a slice that began after the first look. It is then stopped (or reported, under
+/// reading finds the same waits blocked the same way (at once, by a second reading, where every
+/// wait shows it by its state), and every semaphore or group wait among them through a slice
+/// that began after the first reading. It is then stopped (or reported, under
 /// `report`). A deadlock through a wait MainOnce cannot see into is reported once, and waiting
 /// goes on. Independently, once the wait has lasted the stall timeout, its subject is reported
 /// once; under the stall response `abort`, a look a timeout later stops the process if the
@@ -54,9 +55,12 @@ enum Detector {
       }
       return true
     }
-    // The first reading of this deadlock is kept until its evidence is in.
-    if suspect?.isSame(as: edges) != true { suspect = found }
-    var isProven = suspect!.isProven(by: edges)
+    // The first reading of this deadlock is kept until its evidence is in. Waits that show they
+    // are blocked by their state alone are proven by a second reading, at once: each was in the
+    // same wait at both, so all were blocked together at a moment between them.
+    let isNew = suspect?.isSame(as: edges) != true
+    if isNew { suspect = found }
+    var isProven = !isNew && suspect!.isProven(by: edges)
     if !isProven, found.needsNoSlice,
       let again = WaitGraph.read().deadlock(through: wait.thread)
     {
@@ -77,6 +81,15 @@ enum Detector {
   /// from a libdispatch timer, once a slice, for as long as it has callers.
   static func watchStall(of subject: any StallSubject) {
     TimerWatch(subject: subject).next()
+  }
+
+  /// Looks once for a deadlock through `wait`, whose thread is about to block where it cannot
+  /// look again (`trackedSync`): the last wait of a deadlock of such waits closes it here.
+  static func lookBeforeBlocking(_ wait: any BlockingWait) {
+    let response = DeadlockDetection.cycleResponse
+    guard response != .off else { return }
+    var suspect: Suspect?
+    _ = look(for: wait, response: response, suspect: &suspect)
   }
 
   /// A subject that was reported has ended: it finished, or no caller waits for it any more.

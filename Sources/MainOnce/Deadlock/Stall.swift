@@ -178,7 +178,7 @@ struct Look {
     if let trackedWait {
       return (
         ["the main queue is held by \(name), which waits for \(trackedWait)"] + stuck,
-        "waiting goes on until that wait ends"
+        stuck.isEmpty ? "waiting goes on until that wait ends" : hint
       )
     }
     let driverHint =
@@ -225,6 +225,8 @@ struct Look {
             + " event loop)"
         ], driverHint
       )
+    case .unknown:
+      return (["the main queue is held by \(name), which is \(state)"] + stuck, hint)
     default:
       return (
         ["the main queue is held by \(name), which is \(state)"],
@@ -359,7 +361,9 @@ struct StallLook {
       finding.activity == .blockedOnLock && finding.baseline != nil && finding.baseline == baseline
     self.reportedAt = now
     baseline = finding.baseline
-    guard isStuck || (settings.stallResponse == .abort && finding.baseline == nil) else { return }
+    // Where a thread is in the way but how much it ran cannot be read, abort cannot decide.
+    let isUnreadable = finding.holder != nil && finding.progress == nil
+    guard isStuck || (settings.stallResponse == .abort && isUnreadable) else { return }
     isOver = true
     let note =
       isStuck

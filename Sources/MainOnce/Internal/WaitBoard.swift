@@ -14,17 +14,17 @@ internal import Synchronization
 /// object go. Both sides use sequentially consistent operations, so either the reader sees the
 /// slot already withdrawn, or the withdrawing thread sees the reader and waits for it.
 enum WaitBoard {
-  /// Every live thread record, by identity: those the detector reads.
-  private static let records = Locked<[ObjectIdentifier: ThreadRecord]>([:])
+  /// Every live thread record, by thread: those the detector reads.
+  private static let records = Locked<[ThreadID: ThreadRecord]>([:])
   private static let readers = Atomic(0)
   private static let lock = Lock()
 
   static func register(_ record: ThreadRecord) {
-    records.withLock { $0[ObjectIdentifier(record)] = record }
+    records.withLock { $0[record.id] = record }
   }
 
   static func unregister(_ record: ThreadRecord) {
-    records.withLock { $0[ObjectIdentifier(record)] = nil }
+    records.withLock { if $0[record.id] === record { $0[record.id] = nil } }
   }
 
   /// Publishes `wait` as what `thread` blocks in; returns what to pass to ``withdraw(_:on:)``:
@@ -44,6 +44,12 @@ enum WaitBoard {
   static func withdraw(_ previous: UInt, on thread: ThreadRecord) {
     thread.publishedWait.store(previous, ordering: .sequentiallyConsistent)
     if readers.load(ordering: .sequentiallyConsistent) != 0 { lock.withLock {} }
+  }
+
+  /// Whether `thread` has a wait published now.
+  static func isWaiting(_ thread: ThreadID) -> Bool {
+    records.withLock { $0[thread] }?.publishedWait.load(ordering: .sequentiallyConsistent) ?? 0
+      != 0
   }
 
   /// Calls `body` with every published wait and its thread's publication count, under the

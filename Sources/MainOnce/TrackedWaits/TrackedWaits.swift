@@ -46,6 +46,8 @@ public func withTrackedWait<Result, Failure: Error>(
     for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
     proof: .opaque)
   defer { thread.returnTrackedWait(record) }
+  // Without introspection, the main queue's holder is known only from the waits that say so.
+  if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
   if Servicing.applies(on: thread) { Servicing.runQueuedAttempts(on: thread) }
   return try record.published(on: thread, wait)
 }
@@ -242,6 +244,12 @@ extension DispatchQueue {
     if Servicing.applies(on: thread) { Servicing.runQueuedAttempts(on: thread) }
     return try record.published(on: thread) { () throws(Failure) -> Result in
       QueueOwnership.stopIfSyncWouldWaitForItself(on: self, at: site, thread: thread.id)
+      // A queue held by a thread that waits itself: this wait may close a deadlock that no
+      // thread on it can look for again (a `trackedSync` cannot), so look once now. Published
+      // first, so that of two such waits closing a deadlock together, one sees the other.
+      if let owner = record.blockingThread(), WaitBoard.isWaiting(owner) {
+        Detector.lookBeforeBlocking(record)
+      }
       do {
         return try sync {
           record.entered.store(true, ordering: .sequentiallyConsistent)
@@ -292,6 +300,16 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   }
 
   var isOver: Bool { entered.load(ordering: .sequentiallyConsistent) }
+
+  /// The one thread that must make progress before the wait can end, if there is one.
+  func blockingThread() -> ThreadID? {
+    switch target.blockers {
+    case .thread(let thread, _): thread
+    case .mainQueue:
+      if case .thread(let owner) = QueueOwnership.ownerOfMainQueue() { owner } else { nil }
+    case .none, .anyOf: nil
+    }
+  }
   func blockers() -> Blockers { isOver ? .none : target.blockers }
   var epoch: UInt { 0 }
   var slices: (started: UInt, lastTimedOut: UInt) {

@@ -20,7 +20,7 @@ internal import Synchronization
 ///       }
 ///       done.signal()
 ///     }
-///     done.wait(for: loader)  // on the main queue: a deadlock, reported at once
+///     done.wait(for: loader)  // on the main queue: a deadlock, stopped within 100 ms
 ///   }
 /// }
 /// ```
