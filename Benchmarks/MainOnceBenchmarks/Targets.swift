@@ -13,6 +13,7 @@ enum Targets {
       targets += self.firstCalls(firstCalls, oneCPU: output.firstCallOneCPU ?? [])
     }
     if let races = output.race { targets += self.races(races) }
+    if let trackedWaits = output.trackedWaits { targets += self.trackedWaits(trackedWaits) }
     return targets
   }
 
@@ -162,6 +163,74 @@ enum Targets {
             + " (\(Report.driverName(result.driver)))",
           measured: "\(Report.format(items, decimals: 2)) per race of \(result.threads)",
           verdict: items == 1 ? .met : .missed, note: ""))
+    }
+    return targets
+  }
+
+  /// A plain call faster than this is judged by instructions, not time.
+  static let instructionThreshold = 5.0
+
+  private static func trackedWaits(_ result: TrackedWaitSuite.Result) -> [BenchmarkRun.Target] {
+    var targets: [BenchmarkRun.Target] = []
+    for pair in TrackedWaitSuite.pairs {
+      guard let tracked = result.rows.first(where: { $0.name == pair.tracked }),
+        let plain = result.rows.first(where: { $0.name == pair.plain })
+      else { continue }
+      let ratio = Paired.ratio(tracked.timing, over: plain.timing)
+      let added = Paired.difference(tracked.timing, over: plain.timing)
+      var measured = "\(ratio.description), adding \(added.short) ns"
+      var verdict = ratio.verdict(against: pair.ratio)
+      var name = "\(pair.tracked) ≤ \(Report.format(pair.ratio, decimals: 1))× \(pair.plain)"
+      if let limit = pair.instructions {
+        var extra: Double?
+        if let trackedCount = tracked.instructionsPerCall,
+          let plainCount = plain.instructionsPerCall
+        {
+          extra = trackedCount - plainCount
+        }
+        if let extra {
+          measured += "; \(Report.format(extra, decimals: 2)) more instructions a call"
+        }
+        name +=
+          " (under \(Report.format(instructionThreshold, decimals: 0)) ns: ≤ \(Report.format(limit, decimals: 0)) more instructions)"
+        if plain.timing.median < instructionThreshold {
+          verdict = extra.map { $0 <= limit ? .met : .missed } ?? .missed
+          measured +=
+            " (the plain call takes \(Report.format(plain.timing.median, decimals: 2)) ns: judged by instructions)"
+        }
+      }
+      targets.append(
+        BenchmarkRun.Target(name: name, measured: measured, verdict: verdict, note: ""))
+    }
+    if let sync = result.rows.first(where: { $0.name.hasPrefix("queue.trackedSync") }) {
+      targets.append(
+        BenchmarkRun.Target(
+          name: "no heap allocation in trackedSync on an idle queue",
+          measured: "\(Report.format(sync.allocationsPerCall, decimals: 3)) per call",
+          verdict: sync.allocationsPerCall == 0 ? .met : .missed, note: ""))
+    }
+    // The plain call takes no lock: tracked waits should scale as it does.
+    func factor(_ name: String) -> Paired? {
+      let rows = result.scaling.filter { $0.name == name }
+      guard let one = rows.first(where: { $0.threads == 1 }),
+        let two = rows.first(where: { $0.threads == 2 })
+      else { return nil }
+      return Paired.ratio(two.callsPerMicrosecond, over: one.callsPerMicrosecond)
+    }
+    let plainName = TrackedWaitSuite.semaphoreWait.name
+    if let plain = factor(plainName) {
+      for form in TrackedWaitSuite.scalingForms where form.name != plainName {
+        guard let tracked = factor(form.name) else { continue }
+        let floor = 0.9 * plain.median
+        targets.append(
+          BenchmarkRun.Target(
+            name: "\(form.name): two threads' calls over one's ≥ 0.9× the plain call's"
+              + " (no process-wide lock)",
+            measured: "\(tracked.description); the plain call \(plain.short)",
+            verdict: tracked.median >= floor
+              ? .met : tracked.upperQuartile >= floor ? .withinNoise : .missed,
+            note: ""))
+      }
     }
     return targets
   }
