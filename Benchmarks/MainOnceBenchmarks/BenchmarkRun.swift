@@ -10,6 +10,7 @@ struct BenchmarkRun {
     case sizes
     case firstCall = "first-call"
     case race
+    case trackedWaits = "tracked-waits"
   }
 
   let groups: [Group]
@@ -28,6 +29,7 @@ struct BenchmarkRun {
     /// The same with every thread of each driver process on one CPU.
     var firstCallOneCPU: [FirstCalls.Result]?
     var race: [Races.Result]?
+    var trackedWaits: TrackedWaitSuite.Result?
     /// The share of the CPUs that other processes used while each group ran, by group.
     var otherLoad: [String: Double] = [:]
     var targets: [Target] = []
@@ -111,6 +113,10 @@ struct BenchmarkRun {
         }
         Report.printRaces(results)
         output.race = results
+      case .trackedWaits:
+        let result = await TrackedWaitSuite(rounds: rounds, quick: quick).run()
+        Report.printTrackedWaits(result, rounds: rounds)
+        output.trackedWaits = result
       }
     }
     output.targets = Targets.evaluate(output)

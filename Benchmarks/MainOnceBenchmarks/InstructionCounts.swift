@@ -18,7 +18,8 @@ enum InstructionCounts {
   /// The child side: prepare in main context, run one loop on another thread, exit.
   @MainActor
   static func runLoop(named name: String, iterations: Int) -> Never {
-    guard let loop = loops.first(where: { $0.name == name })?.loop else {
+    let all = loops + TrackedWaitSuite.instructionLoops
+    guard let loop = all.first(where: { $0.name == name })?.loop else {
       FileHandle.standardError.write(Data("unknown loop \(name)\n".utf8))
       exit(64)
     }
@@ -60,6 +61,15 @@ enum InstructionCounts {
     exit(0)
   }
 
+  /// Instructions per call of the loop `name`, in `binary` (a ``strippedCopy()``): the
+  /// difference between `iterations` and twice as many calls, divided by `iterations`.
+  static func perCall(_ binary: String, _ name: String, iterations: Int) -> Double? {
+    guard let once = collected(binary, name, iterations),
+      let twice = collected(binary, name, 2 * iterations)
+    else { return nil }
+    return Double(twice - once) / Double(iterations)
+  }
+
   /// Total instructions callgrind collected for one run of a loop.
   private static func collected(_ binary: String, _ name: String, _ iterations: Int) -> Int? {
     let process = Process()
@@ -79,7 +89,8 @@ enum InstructionCounts {
     return Int(line.split(separator: ":").last!.filter(\.isNumber))
   }
 
-  private static func strippedCopy() -> String? {
+  /// A copy of this executable without debug info, for valgrind; remove it when done.
+  static func strippedCopy() -> String? {
     let source = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
     let copy = FileManager.default.temporaryDirectory
       .appendingPathComponent("MainOnceBenchmarks-\(getpid())").path

@@ -164,6 +164,60 @@ enum Report {
     print()
   }
 
+  static func printTrackedWaits(_ result: TrackedWaitSuite.Result, rounds: Rounds) {
+    print(
+      "Tracked waits that do not block, on a plain thread: ns per call, median (best) of"
+        + " \(rounds.rounds) interleaved rounds; instructions per call (callgrind,"
+        + " \(result.instructionIterations) and \(2 * result.instructionIterations) calls, the"
+        + " difference per call); heap allocations per call after a warm-up")
+    let nameWidth = result.rows.map(\.name.count).max() ?? 0
+    print(pad("", nameWidth) + "   " + pad("ns", 16) + pad("instructions", 14) + "allocations")
+    for row in result.rows {
+      print(
+        pad(row.name, nameWidth) + "   " + pad(timing(row.timing, decimals: 2), 16)
+          + pad(row.instructionsPerCall.map { format($0, decimals: 2) } ?? "—", 14)
+          + format(row.allocationsPerCall, decimals: 3))
+    }
+    print(
+      "Tracked over plain: per round the ratio and the ns added (median, quartiles); the"
+        + " instructions added")
+    for pair in TrackedWaitSuite.pairs {
+      guard let tracked = result.rows.first(where: { $0.name == pair.tracked }),
+        let plain = result.rows.first(where: { $0.name == pair.plain })
+      else { continue }
+      let instructions =
+        zip([tracked.instructionsPerCall], [plain.instructionsPerCall]).compactMap {
+          tracked, plain in
+          tracked.flatMap { tracked in plain.map { format(tracked - $0, decimals: 2) } }
+        }.first ?? "—"
+      print(
+        "  \(pair.tracked) ÷ \(pair.plain): "
+          + "\(Paired.ratio(tracked.timing, over: plain.timing).short),"
+          + " +\(Paired.difference(tracked.timing, over: plain.timing).short) ns,"
+          + " +\(instructions) instructions")
+    }
+    print(
+      "Calls per µs, all threads together, each on a semaphore of its own, median (best);"
+        + " per round over one thread's (median, quartiles)")
+    let threadCounts = TrackedWaitSuite.threadCounts
+    print(
+      pad("", nameWidth) + "   "
+        + threadCounts.map { pad("\($0) thread" + ($0 == 1 ? "" : "s"), 30) }.joined())
+    for form in TrackedWaitSuite.scalingForms {
+      let rows = result.scaling.filter { $0.name == form.name }
+      guard let one = rows.first(where: { $0.threads == 1 }) else { continue }
+      let cells = threadCounts.map { threads in
+        guard let row = rows.first(where: { $0.threads == threads }) else { return pad("—", 30) }
+        let factor =
+          threads == 1
+          ? "" : " " + Paired.ratio(row.callsPerMicrosecond, over: one.callsPerMicrosecond).short
+        return pad(timing(row.callsPerMicrosecond, decimals: 0) + factor, 30)
+      }
+      print(pad(form.name, nameWidth) + "   " + cells.joined())
+    }
+    print()
+  }
+
   static func printOtherLoad(_ share: Double, group: String) {
     guard share.isFinite else { return }
     print(

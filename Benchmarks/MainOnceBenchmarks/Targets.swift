@@ -13,6 +13,7 @@ enum Targets {
       targets += self.firstCalls(firstCalls, oneCPU: output.firstCallOneCPU ?? [])
     }
     if let races = output.race { targets += self.races(races) }
+    if let trackedWaits = output.trackedWaits { targets += self.trackedWaits(trackedWaits) }
     return targets
   }
 
@@ -162,6 +163,89 @@ enum Targets {
             + " (\(Report.driverName(result.driver)))",
           measured: "\(Report.format(items, decimals: 2)) per race of \(result.threads)",
           verdict: items == 1 ? .met : .missed, note: ""))
+    }
+    return targets
+  }
+
+  /// A plain call faster than this is judged by instructions, not time.
+  static let instructionThreshold = 5.0
+
+  private static func trackedWaits(_ result: TrackedWaitSuite.Result) -> [BenchmarkRun.Target] {
+    var targets: [BenchmarkRun.Target] = []
+    for pair in TrackedWaitSuite.pairs {
+      guard let tracked = result.rows.first(where: { $0.name == pair.tracked }),
+        let plain = result.rows.first(where: { $0.name == pair.plain })
+      else { continue }
+      let ratio = Paired.ratio(tracked.timing, over: plain.timing)
+      let added = Paired.difference(tracked.timing, over: plain.timing)
+      var measured = "\(ratio.description), adding \(added.short) ns"
+      var verdict = ratio.verdict(against: pair.ratio)
+      var name = "\(pair.tracked) ≤ \(Report.format(pair.ratio, decimals: 1))× \(pair.plain)"
+      if let limit = pair.instructions {
+        var extra: Double?
+        if let trackedCount = tracked.instructionsPerCall,
+          let plainCount = plain.instructionsPerCall
+        {
+          extra = trackedCount - plainCount
+        }
+        if let extra {
+          measured += "; \(Report.format(extra, decimals: 2)) more instructions a call"
+        }
+        name +=
+          " (under \(Report.format(instructionThreshold, decimals: 0)) ns: ≤ \(Report.format(limit, decimals: 0)) more instructions)"
+        if plain.timing.median < instructionThreshold {
+          verdict = extra.map { $0 <= limit ? .met : .missed } ?? .missed
+          measured +=
+            " (the plain call takes \(Report.format(plain.timing.median, decimals: 2)) ns: judged by instructions)"
+        }
+      }
+      targets.append(
+        BenchmarkRun.Target(name: name, measured: measured, verdict: verdict, note: ""))
+    }
+    if let tracked = result.rows.first(where: { $0.name == TrackedWaitSuite.forms[5].name }),
+      let plain = result.rows.first(where: { $0.name == TrackedWaitSuite.forms[4].name })
+    {
+      // `queue.sync {}` itself allocates (the overlay copies the closure into a block): a
+      // tracked sync should add nothing to that.
+      let added = tracked.allocationsPerCall - plain.allocationsPerCall
+      targets.append(
+        BenchmarkRun.Target(
+          name: "trackedSync on an idle queue allocates nothing beyond queue.sync's own",
+          measured: "\(Report.format(tracked.allocationsPerCall, decimals: 3)) per call, against"
+            + " \(Report.format(plain.allocationsPerCall, decimals: 3)) for queue.sync",
+          verdict: added <= 0 ? .met : .missed, note: ""))
+    }
+    // The plain call takes no lock: tracked waits should scale as it does.
+    func factor(_ name: String) -> Paired? {
+      let rows = result.scaling.filter { $0.name == name }
+      guard let one = rows.first(where: { $0.threads == 1 }),
+        let two = rows.first(where: { $0.threads == 2 })
+      else { return nil }
+      return Paired.ratio(two.callsPerMicrosecond, over: one.callsPerMicrosecond)
+    }
+    let plainName = TrackedWaitSuite.semaphoreWait.name
+    if let plain = factor(plainName) {
+      for form in TrackedWaitSuite.scalingForms where form.name != plainName {
+        guard let tracked = factor(form.name) else { continue }
+        let floor = 0.9 * plain.median
+        var verdict: BenchmarkRun.Verdict =
+          tracked.median >= floor
+          ? .met : tracked.upperQuartile >= floor ? .withinNoise : .missed
+        // Two threads that shared one CPU never contended.
+        let parallel = plain.median >= 1.5
+        if verdict == .met && !parallel { verdict = .withinNoise }
+        targets.append(
+          BenchmarkRun.Target(
+            name: "\(form.name): two threads' calls over one's ≥ 0.9× the plain call's"
+              + " (no process-wide lock)",
+            measured: "\(tracked.description); the plain call \(plain.short)",
+            verdict: verdict,
+            note: parallel
+              ? ""
+              : "the plain call's two threads made only \(Report.format(plain.median, decimals: 2))×"
+                + " one thread's calls: they did not each have a CPU, so this is not a measure"
+                + " of contention"))
+      }
     }
     return targets
   }

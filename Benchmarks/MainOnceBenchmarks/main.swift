@@ -1,7 +1,7 @@
 // From the repository's root (the benchmarks are a package of their own, in Benchmarks/):
 // swift run -c release --package-path Benchmarks MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
-//   GROUP is one of fast-path, objects, sizes, first-call, race; without one, all of them run,
-//   then the speed targets (Targets.swift) are judged, and the JSON goes to
+//   GROUP is one of fast-path, objects, sizes, first-call, race, tracked-waits; without one,
+//   all of them run, then the speed targets (Targets.swift) are judged, and the JSON goes to
 //   MainOnceBenchmarks.json unless --json names another file (a single group writes JSON only
 //   when --json is given).
 //   fast-path   done tokens side by side with dispatch_once_f and others; allocations, scaling
@@ -11,6 +11,8 @@
 //               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each), and
 //               again with each process on one CPU
 //   race        eight threads racing on a fresh token against the Khan port, under each driver
+//   tracked-waits  tracked waits that do not block beside the plain calls (ns, instructions
+//               under valgrind's callgrind, allocations), and with 1, 2 and 16 threads at once
 //   The README gives the command with code alignment options that its numbers come from: at
 //   1.4 ns a call, a probe that straddles a cache line costs a cycle more.
 // swift run -c release --package-path Benchmarks MainOnceBenchmarks instructions [--quick]
@@ -39,7 +41,8 @@ func usage() -> Never {
   FileHandle.standardError.write(
     Data(
       """
-      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|race] [--quick] [--json PATH]
+      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|race|tracked-waits] [--quick]
+                                [--json PATH]
              MainOnceBenchmarks instructions [--quick]
              MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
              MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
