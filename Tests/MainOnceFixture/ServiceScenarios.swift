@@ -29,10 +29,10 @@ enum ServiceScenario: String, CaseIterable {
   /// interrupted; then the worker, still holding it, blocks in `onceOnMain`.
   case uninterruptibleSync
   /// The worker blocks in `onceOnMain` first; then main-queue code waits for it in
-  /// `withTrackedWait`, which serves the initializer before it blocks.
+  /// `withTrackedWait`, which serves nothing: a possible deadlock, reported.
   case trackedWaitWorkerFirst
   /// The worker blocks in `onceOnMain` inside a serial queue's `sync`; then main-queue code
-  /// calls `trackedSync` on that queue, which serves the initializer before it blocks.
+  /// calls `trackedSync` on that queue, which serves nothing: a deadlock, stopped.
   case trackedSyncWorkerFirst
 
   enum Tokens {

@@ -1,4 +1,5 @@
 internal import Dispatch
+internal import Synchronization
 internal import _CMainOnceShims
 
 /// Which thread owns a serial dispatch queue right now, read from the queue's lock word.
@@ -28,8 +29,18 @@ enum QueueOwnership {
     case unknown
   }
 
-  /// Whether queue ownership can be read in this process: decided once, at first use.
-  static var isAvailable: Bool { verdict.isAvailable }
+  /// Whether queue ownership can be read in this process: decided once, at first use. One
+  /// relaxed load once decided (reading a lazy `static let` would call `swift_once` each time).
+  static var isAvailable: Bool {
+    let known = availability.load(ordering: .relaxed)
+    if known != 0 { return known == 1 }
+    let isAvailable = verdict.isAvailable
+    availability.store(isAvailable ? 1 : 2, ordering: .relaxed)
+    return isAvailable
+  }
+
+  /// ``isAvailable`` once decided: 1 yes, 2 no, 0 not yet.
+  private static let availability = Atomic<UInt8>(0)
 
   private static let verdict: Verdict = {
     let verdict = Verdict.decide(

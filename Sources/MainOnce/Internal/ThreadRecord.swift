@@ -13,7 +13,7 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, the cache's slots, `spareParking` and `spareTrackedWait` are only read
+  // `mainContextDepth`, the cache's slots, `spareParking` and `trackedWaitIsInUse` are only read
   // and written by the
   // thread this record belongs to; that also makes their accesses exclusive, so they skip the
   // dynamic check.
@@ -29,8 +29,10 @@ final class ThreadRecord: @unchecked Sendable {
   let objectCells = ObjectCellCache()
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
-  /// A tracked wait to reuse for the next one, so that publishing it allocates nothing.
-  @exclusivity(unchecked) var spareTrackedWait: TrackedWait?
+  /// A tracked wait to reuse, so that publishing one allocates nothing; and whether a wait of
+  /// this thread uses it now.
+  let spareTrackedWait: TrackedWait
+  @exclusivity(unchecked) var trackedWaitIsInUse = false
   /// The wait this thread is blocked in, for the deadlock detector (see ``WaitBoard``): the
   /// unretained address of an object conforming to `BlockingWait`, or 0.
   let publishedWait = Atomic<UInt>(0)
@@ -51,6 +53,7 @@ final class ThreadRecord: @unchecked Sendable {
 
   private init() {
     id = ThreadID.current()
+    spareTrackedWait = TrackedWait(thread: id)
     #if os(Linux)
       isMainThread = id == ThreadID.mainThread
     #else

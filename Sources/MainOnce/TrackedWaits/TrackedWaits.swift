@@ -25,8 +25,7 @@ internal import Synchronization
 /// ```
 ///
 /// Publishing the wait costs a few stores; nothing else runs unless another wait outlives its
-/// grace. Under the `service` policy, main-queue code runs the initializers queued for the main
-/// queue once before `wait`; it cannot interrupt `wait` to run more.
+/// grace. MainOnce cannot interrupt `wait`: under the `service` policy it serves no initializer.
 ///
 /// - Parameters:
 ///   - target: Whom the wait depends on.
@@ -48,7 +47,6 @@ public func withTrackedWait<Result, Failure: Error>(
   defer { thread.returnTrackedWait(record) }
   // Without introspection, the main queue's holder is known only from the waits that say so.
   if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
-  if Servicing.applies(on: thread) { Servicing.runQueuedAttempts(on: thread) }
   return try record.published(on: thread, wait)
 }
 
@@ -69,7 +67,7 @@ extension DispatchSemaphore {
   ///   - line: The caller's line, for reports; leave the default.
   @inlinable
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
-    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return }
+    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return }
     _ = _trackedWait(
       for: target, deadline: nil, operation: "DispatchSemaphore.wait(for:)", file: file,
       line: line)
@@ -90,7 +88,7 @@ extension DispatchSemaphore {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return .success }
+    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return .success }
     return _trackedWait(
       for: target, deadline: timeout, operation: "DispatchSemaphore.wait(for:timeout:)",
       file: file, line: line)
@@ -118,7 +116,7 @@ extension DispatchGroup {
   ///   - line: The caller's line, for reports; leave the default.
   @inlinable
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
-    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return }
+    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return }
     _ = _trackedWait(
       for: target, deadline: nil, operation: "DispatchGroup.wait(for:)", file: file, line: line)
   }
@@ -138,7 +136,7 @@ extension DispatchGroup {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    if _fastPath(wait(timeout: DispatchTime(uptimeNanoseconds: 1)) == .success) { return .success }
+    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return .success }
     return _trackedWait(
       for: target, deadline: timeout, operation: "DispatchGroup.wait(for:timeout:)", file: file,
       line: line)
@@ -154,6 +152,14 @@ extension DispatchGroup {
       self, for: target, deadline: deadline, operation: operation,
       site: CallSite(file: file, line: line))
   }
+}
+
+/// Whether a wait with a past deadline found the wait over: a pattern match, which, unlike `==`
+/// on `DispatchTimeoutResult`, calls nothing in the Dispatch overlay.
+@inlinable
+@inline(__always)
+func _isOver(_ result: DispatchTimeoutResult) -> Bool {
+  if case .success = result { true } else { false }
 }
 
 /// What the tracked waits of `DispatchSemaphore` and `DispatchGroup` share.
@@ -221,8 +227,8 @@ extension DispatchQueue {
   /// through it (this thread waits for the queue's owner, which waits for this thread) is
   /// stopped by the other threads on it. On `DispatchQueue.main` from main context, or on any
   /// queue this thread holds, this stops with a message instead of trapping in libdispatch
-  /// without one. It cannot be interrupted: under the `service` policy, main-queue code runs the
-  /// initializers queued for the main queue once before it, not while it waits.
+  /// without one. It cannot be interrupted: under the `service` policy it serves no
+  /// initializer.
   ///
   /// - Parameters:
   ///   - file: The caller's file, for reports; leave the default.
@@ -230,36 +236,60 @@ extension DispatchQueue {
   ///   - work: The work to run on the queue.
   /// - Returns: What `work` returns.
   /// - Throws: What `work` throws.
+  @inlinable
   public func trackedSync<Result, Failure: Error>(
     file: StaticString = #fileID, line: UInt = #line,
     execute work: () throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    let thread = ThreadRecord.current
-    let site = CallSite(file: file, line: line)
-    let record = thread.takeTrackedWait(
-      for: WaitTarget(kind: .queue(self)), operation: "DispatchQueue.trackedSync", site: site,
-      proof: .structural)
-    defer { thread.returnTrackedWait(record) }
-    if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
-    if Servicing.applies(on: thread) { Servicing.runQueuedAttempts(on: thread) }
-    return try record.published(on: thread) { () throws(Failure) -> Result in
-      QueueOwnership.stopIfSyncWouldWaitForItself(on: self, at: site, thread: thread.id)
-      // A queue held by a thread that waits itself: this wait may close a deadlock that no
-      // thread on it can look for again (a `trackedSync` cannot), so look once now. Published
-      // first, so that of two such waits closing a deadlock together, one sees the other.
-      if let owner = record.blockingThread(), WaitBoard.isWaiting(owner) {
-        Detector.lookBeforeBlocking(record)
-      }
-      do {
-        return try sync {
-          record.entered.store(true, ordering: .sequentiallyConsistent)
-          return try work()
-        }
-      } catch {
-        // `work` is the only thing in here that throws, and it throws `Failure`.
-        throw error as! Failure
-      }
+    let wait = _TrackedSync(on: self, file: file, line: line)
+    defer { wait.end() }
+    // The result is kept here, in the caller's specialization: the non-generic `sync` neither
+    // allocates a box for it nor builds generic metadata at run time.
+    var outcome: Swift.Result<Result, Failure>?
+    sync {
+      wait.enter()
+      outcome = Swift.Result { () throws(Failure) -> Result in try work() }
     }
+    return try outcome.unsafelyUnwrapped.get()
+  }
+}
+
+/// A `trackedSync` in progress: its wait published from ``init(on:file:line:)``, which checks
+/// that the sync can start at all and looks for a deadlock it may close, until ``end()``.
+@usableFromInline
+struct _TrackedSync {
+  let thread: ThreadRecord
+  let record: TrackedWait
+  let previous: UInt
+
+  @usableFromInline
+  init(on queue: DispatchQueue, file: StaticString, line: UInt) {
+    thread = ThreadRecord.current
+    let site = CallSite(file: file, line: line)
+    record = thread.takeTrackedWait(
+      for: WaitTarget(kind: .queue(queue)), operation: "DispatchQueue.trackedSync", site: site,
+      proof: .structural)
+    if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
+    previous = WaitBoard.publish(record, on: thread)
+    QueueOwnership.stopIfSyncWouldWaitForItself(on: queue, at: site, thread: thread.id)
+    // A queue held by a thread that waits itself: this wait may close a deadlock that no
+    // thread on it can look for again (a `trackedSync` cannot), so look once now. Published
+    // first, so that of two such waits closing a deadlock together, one sees the other.
+    if let owner = record.blockingThread(), WaitBoard.isWaiting(owner) {
+      Detector.lookBeforeBlocking(record)
+    }
+  }
+
+  /// The work has started: the wait for the queue is over.
+  @usableFromInline
+  func enter() {
+    record.entered.store(true, ordering: .sequentiallyConsistent)
+  }
+
+  @usableFromInline
+  func end() {
+    WaitBoard.withdraw(previous, on: thread)
+    thread.returnTrackedWait(record)
   }
 }
 
@@ -329,8 +359,13 @@ extension ThreadRecord {
   func takeTrackedWait(
     for target: WaitTarget, operation: StaticString, site: CallSite, proof: WaitProof
   ) -> TrackedWait {
-    let wait = spareTrackedWait ?? TrackedWait(thread: id)
-    spareTrackedWait = nil
+    let wait: TrackedWait
+    if trackedWaitIsInUse {
+      wait = TrackedWait(thread: id)
+    } else {
+      wait = spareTrackedWait
+      trackedWaitIsInUse = true
+    }
     wait.target = target
     wait.operation = operation
     wait.site = site
@@ -342,7 +377,7 @@ extension ThreadRecord {
   }
 
   func returnTrackedWait(_ wait: TrackedWait) {
-    spareTrackedWait = wait
+    if wait === spareTrackedWait { trackedWaitIsInUse = false }
   }
 }
 
