@@ -157,23 +157,29 @@ extension QueueOwnership {
   /// thread itself: some queue on `queue`'s target chain (`queue` itself, the queues it targets,
   /// up to a root queue) is a serial queue this thread holds. libdispatch would trap without a
   /// word. Does nothing where queue ownership cannot be read.
+  /// Returns the owner of `queue` itself, as read on the way.
+  @discardableResult
   static func stopIfSyncWouldWaitForItself(
     on queue: DispatchQueue, at site: CallSite, thread me: ThreadID
-  ) {
-    guard isAvailable else { return }
-    withExtendedLifetime(queue) {
-      guard let start = wrapped(queue) else { return }
+  ) -> Owner {
+    guard isAvailable else { return .unknown }
+    return withExtendedLifetime(queue) { () -> Owner in
+      guard let start = wrapped(queue) else { return .unknown }
+      var first = Owner.unknown
       // The chain is short (a root queue ends it); the bound only guards against a cycle.
       var links = 0
       var current: UnsafeRawPointer? = start
       while let link = current, links < 64 {
         links += 1
         let isMain = link == mainonce_main_queue()
-        if (isMain || mainonce_queue_is_serial(link)) && owner(at: link) == .thread(me) {
-          stop(syncOn: start, heldLinks: links, at: site, thread: me)
+        if isMain || mainonce_queue_is_serial(link) {
+          let owner = owner(at: link)
+          if links == 1 { first = owner }
+          if owner == .thread(me) { stop(syncOn: start, heldLinks: links, at: site, thread: me) }
         }
         current = mainonce_queue_target(link)
       }
+      return first
     }
   }
 

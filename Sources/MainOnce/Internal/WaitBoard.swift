@@ -13,6 +13,8 @@ internal import Synchronization
 /// ``readers``: if a reader is about, it takes and releases ``lock`` before its frame lets the
 /// object go. Both sides use sequentially consistent operations, so either the reader sees the
 /// slot already withdrawn, or the withdrawing thread sees the reader and waits for it.
+/// Publishing needs no such handshake: a reader that misses a wait published just now reads
+/// again at its next look.
 enum WaitBoard {
   /// Every live thread record, by thread: those the detector reads.
   private static let records = Locked<[ThreadID: ThreadRecord]>([:])
@@ -33,9 +35,14 @@ enum WaitBoard {
   @inline(__always)
   static func publish(_ wait: AnyObject, on thread: ThreadRecord) -> UInt {
     let address = UInt(bitPattern: Unmanaged.passUnretained(wait).toOpaque())
+    // Only this thread writes its slots: loads and stores, no read-modify-write. The count
+    // goes first; the releasing store of the address orders it, and the wait's fields, before
+    // a reader that sees the address.
     thread.publications.store(
-      thread.publications.load(ordering: .relaxed) &+ 1, ordering: .sequentiallyConsistent)
-    return thread.publishedWait.exchange(address, ordering: .sequentiallyConsistent)
+      thread.publications.load(ordering: .relaxed) &+ 1, ordering: .relaxed)
+    let previous = thread.publishedWait.load(ordering: .relaxed)
+    thread.publishedWait.store(address, ordering: .releasing)
+    return previous
   }
 
   /// Withdraws the wait published last, putting back `previous`, and waits for any reader that

@@ -40,14 +40,16 @@ public func withTrackedWait<Result, Failure: Error>(
   line: UInt = #line,
   _ wait: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
-  let thread = ThreadRecord.current
-  let record = thread.takeTrackedWait(
-    for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
-    proof: .opaque)
-  defer { thread.returnTrackedWait(record) }
-  // Without introspection, the main queue's holder is known only from the waits that say so.
-  if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
-  return try record.published(on: thread, wait)
+  try withUnsafePointer(to: target) { (target) throws(Failure) -> Result in
+    let thread = ThreadRecord.current
+    let record = thread.takeTrackedWait(
+      for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
+      proof: .opaque)
+    defer { thread.returnTrackedWait(record) }
+    // Without introspection, the main queue's holder is known only from the waits that say so.
+    if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
+    return try record.published(on: thread, wait)
+  }
 }
 
 extension DispatchSemaphore {
@@ -197,6 +199,19 @@ func trackedWait(
     return .success
   }
   if let deadline, deadline <= graceEnd { return .timedOut }
+  return withUnsafePointer(to: target) { target in
+    watchedWait(
+      waitable, for: target, deadline: deadline, operation: operation, site: site, on: thread,
+      serving: serves)
+  }
+}
+
+/// The rest of ``trackedWait(_:for:deadline:operation:site:)``, once the grace is over: the
+/// wait published, in slices the deadlock detector watches.
+private func watchedWait(
+  _ waitable: some TrackableWait, for target: UnsafePointer<WaitTarget>, deadline: DispatchTime?,
+  operation: StaticString, site: CallSite, on thread: ThreadRecord, serving serves: Bool
+) -> DispatchTimeoutResult {
   let record = thread.takeTrackedWait(
     for: target, operation: operation, site: site, proof: deadline == nil ? .slices : .timed)
   defer { thread.returnTrackedWait(record) }
@@ -241,16 +256,18 @@ extension DispatchQueue {
     file: StaticString = #fileID, line: UInt = #line,
     execute work: () throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    let wait = _TrackedSync(on: self, file: file, line: line)
-    defer { wait.end() }
-    // The result is kept here, in the caller's specialization: the non-generic `sync` neither
-    // allocates a box for it nor builds generic metadata at run time.
-    var outcome: Swift.Result<Result, Failure>?
-    sync {
-      wait.enter()
-      outcome = Swift.Result { () throws(Failure) -> Result in try work() }
+    try withUnsafePointer(to: WaitTarget._queue(self)) { (target) throws(Failure) -> Result in
+      let wait = _TrackedSync(on: self, target: target, file: file, line: line)
+      defer { wait.end() }
+      // The result is kept here, in the caller's specialization: the non-generic `sync`
+      // neither allocates a box for it nor builds generic metadata at run time.
+      var outcome: Swift.Result<Result, Failure>?
+      sync {
+        wait.enter()
+        outcome = Swift.Result { () throws(Failure) -> Result in try work() }
+      }
+      return try outcome.unsafelyUnwrapped.get()
     }
-    return try outcome.unsafelyUnwrapped.get()
   }
 }
 
@@ -262,21 +279,27 @@ struct _TrackedSync {
   let record: TrackedWait
   let previous: UInt
 
+  /// Publishes the wait for `queue`, which `target` names, for as long as `target` points to
+  /// it: until ``end()``.
   @usableFromInline
-  init(on queue: DispatchQueue, file: StaticString, line: UInt) {
+  init(
+    on queue: DispatchQueue, target: UnsafePointer<WaitTarget>, file: StaticString, line: UInt
+  ) {
     thread = ThreadRecord.current
     let site = CallSite(file: file, line: line)
     record = thread.takeTrackedWait(
-      for: WaitTarget(kind: .queue(queue)), operation: "DispatchQueue.trackedSync", site: site,
-      proof: .structural)
+      for: target, operation: "DispatchQueue.trackedSync", site: site, proof: .structural)
     if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
     previous = WaitBoard.publish(record, on: thread)
-    QueueOwnership.stopIfSyncWouldWaitForItself(on: queue, at: site, thread: thread.id)
+    let owner = QueueOwnership.stopIfSyncWouldWaitForItself(
+      on: queue, at: site, thread: thread.id)
     // A queue held by a thread that waits itself: this wait may close a deadlock that no
     // thread on it can look for again (a `trackedSync` cannot), so look once now. Published
-    // first, so that of two such waits closing a deadlock together, one sees the other.
-    if let owner = record.blockingThread(), WaitBoard.isWaiting(owner) {
-      Detector.lookBeforeBlocking(record)
+    // first, and fenced, so that of two such waits closing a deadlock together, one sees the
+    // other.
+    if case .thread(let owner) = owner {
+      atomicMemoryFence(ordering: .sequentiallyConsistent)
+      if WaitBoard.isWaiting(owner) { Detector.lookBeforeBlocking(record) }
     }
   }
 
@@ -301,7 +324,9 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   // is not published, and read by the deadlock detector only while it is, inside
   // `WaitBoard.read`, which a withdrawal waits for; the marks and counters are atomics.
   let thread: ThreadID
-  @exclusivity(unchecked) var target: WaitTarget
+  /// Whom the wait is for: a pointer into the waiting frame, valid while the wait is published
+  /// (the only time the detector reads it).
+  @exclusivity(unchecked) var target: UnsafePointer<WaitTarget>?
   @exclusivity(unchecked) var operation: StaticString = ""
   @exclusivity(unchecked) var site = CallSite(file: "", line: 0)
   @exclusivity(unchecked) var proof = WaitProof.opaque
@@ -316,7 +341,6 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
 
   init(thread: ThreadID) {
     self.thread = thread
-    target = WaitTarget(kind: .thread(thread))
   }
 
   /// Runs `body` with the wait published.
@@ -330,17 +354,7 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   }
 
   var isOver: Bool { entered.load(ordering: .sequentiallyConsistent) }
-
-  /// The one thread that must make progress before the wait can end, if there is one.
-  func blockingThread() -> ThreadID? {
-    switch target.blockers {
-    case .thread(let thread, _): thread
-    case .mainQueue:
-      if case .thread(let owner) = QueueOwnership.ownerOfMainQueue() { owner } else { nil }
-    case .none, .anyOf: nil
-    }
-  }
-  func blockers() -> Blockers { isOver ? .none : target.blockers }
+  func blockers() -> Blockers { isOver ? .none : target!.pointee.blockers }
   var epoch: UInt { 0 }
   var slices: (started: UInt, lastTimedOut: UInt) {
     (
@@ -349,7 +363,7 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
     )
   }
   var call: String { "\(operation) at \(site)" }
-  var waitsFor: String { "\(target)" }
+  var waitsFor: String { "\(target!.pointee)" }
   var stallSubject: (any StallSubject)? { nil }
 }
 
@@ -357,7 +371,8 @@ extension ThreadRecord {
   /// A tracked wait to publish, set up for one wait; give it back with
   /// ``returnTrackedWait(_:)``. A wait nested in another of this thread's gets a fresh one.
   func takeTrackedWait(
-    for target: WaitTarget, operation: StaticString, site: CallSite, proof: WaitProof
+    for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
+    proof: WaitProof
   ) -> TrackedWait {
     let wait: TrackedWait
     if trackedWaitIsInUse {
