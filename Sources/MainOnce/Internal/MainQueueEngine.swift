@@ -143,13 +143,14 @@ enum MainQueueEngine {
 
   // MARK: - Waiting
 
-  /// Parks the calling thread until `waiter` is resolved: published on the `WaitBoard`, for
-  /// `WaitBoard.grace` first, then watched by the deadlock detector.
-  private static func park(_ waiter: Waiter, on thread: ThreadRecord, parking: Parking) {
+  /// Parks the calling thread until `wait`, a once-cell caller's, is resolved (its one
+  /// unpark): published on the `WaitBoard`, for `WaitBoard.grace` first, then watched by the
+  /// deadlock detector.
+  static func park(_ wait: some BlockingWait, on thread: ThreadRecord, parking: Parking) {
     Instrumentation.noteParked()
-    let previous = WaitBoard.publish(waiter, on: thread)
+    let previous = WaitBoard.publish(wait, on: thread)
     if !parking.park(until: .now() + .nanoseconds(Int(WaitBoard.grace))) {
-      Detector.watch(waiter) { parking.park(until: $0) }
+      Detector.watch(wait) { parking.park(until: $0) }
     }
     WaitBoard.withdraw(previous, on: thread)
     Instrumentation.noteWoke()

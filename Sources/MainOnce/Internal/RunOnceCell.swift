@@ -109,13 +109,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       case .reentrant:
         Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
-        Instrumentation.noteParked()
-        let previous = WaitBoard.publish(waiter, on: thread)
-        if !parking.park(until: .now() + .nanoseconds(Int(WaitBoard.grace))) {
-          Detector.watch(waiter) { parking.park(until: $0) }
-        }
-        WaitBoard.withdraw(previous, on: thread)
-        Instrumentation.noteWoke()
+        MainQueueEngine.park(waiter, on: thread, parking: parking)
         guard case .yours = waiter.turn! else { return }
         step = .run
       case .run:

@@ -95,17 +95,6 @@ extension DispatchSemaphore {
       for: target, deadline: timeout, operation: "DispatchSemaphore.wait(for:timeout:)",
       file: file, line: line)
   }
-
-  @usableFromInline
-  @inline(never)
-  func _trackedWait(
-    for target: WaitTarget, deadline: DispatchTime?, operation: StaticString,
-    file: StaticString, line: UInt
-  ) -> DispatchTimeoutResult {
-    trackedWait(
-      self, for: target, deadline: deadline, operation: operation,
-      site: CallSite(file: file, line: line))
-  }
 }
 
 extension DispatchGroup {
@@ -143,17 +132,6 @@ extension DispatchGroup {
       for: target, deadline: timeout, operation: "DispatchGroup.wait(for:timeout:)", file: file,
       line: line)
   }
-
-  @usableFromInline
-  @inline(never)
-  func _trackedWait(
-    for target: WaitTarget, deadline: DispatchTime?, operation: StaticString,
-    file: StaticString, line: UInt
-  ) -> DispatchTimeoutResult {
-    trackedWait(
-      self, for: target, deadline: deadline, operation: operation,
-      site: CallSite(file: file, line: line))
-  }
 }
 
 /// Whether a wait with a past deadline found the wait over: a pattern match, which, unlike `==`
@@ -165,8 +143,23 @@ func _isOver(_ result: DispatchTimeoutResult) -> Bool {
 }
 
 /// What the tracked waits of `DispatchSemaphore` and `DispatchGroup` share.
+@usableFromInline
 protocol TrackableWait: AnyObject, Sendable {
   func wait(timeout: DispatchTime) -> DispatchTimeoutResult
+}
+
+extension TrackableWait {
+  /// The slow path of `wait(for:)` and `wait(for:timeout:)`, out of line.
+  @usableFromInline
+  @inline(never)
+  func _trackedWait(
+    for target: WaitTarget, deadline: DispatchTime?, operation: StaticString,
+    file: StaticString, line: UInt
+  ) -> DispatchTimeoutResult {
+    trackedWait(
+      self, for: target, deadline: deadline, operation: operation,
+      site: CallSite(file: file, line: line))
+  }
 }
 
 extension DispatchSemaphore: TrackableWait {}
