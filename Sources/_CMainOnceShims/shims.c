@@ -1,5 +1,6 @@
 #if defined(__linux__)
 #define _GNU_SOURCE
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -213,6 +214,23 @@ extern void dispatch_async_f(struct dispatch_queue_s *queue, void *_Nullable con
 
 void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context)) {
   dispatch_async_f(&_dispatch_main_q, context, work);
+}
+
+// Registered once, before main: a process that later reads another thread's published wait
+// may then order itself against that thread's plain stores with a heavy barrier.
+bool mainonce_heavy_barrier_is_registered = false;
+
+__attribute__((constructor)) static void register_heavy_barrier(void) {
+  mainonce_heavy_barrier_is_registered =
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+bool mainonce_heavy_barrier(void) {
+  if (!mainonce_heavy_barrier_is_registered) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return true;
+  }
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
 void mainonce_async_overcommit(uint64_t delay, void *context,

@@ -13,7 +13,7 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, the cache's slots, `spareParking` and `trackedWaitIsInUse` are only read
+  // `mainContextDepth`, the cache's slots, `spareParking`, `trackedWaitIsInUse` and `nestedTrackedWaits` are only read
   // and written by the
   // thread this record belongs to; that also makes their accesses exclusive, so they skip the
   // dynamic check.
@@ -33,6 +33,8 @@ final class ThreadRecord: @unchecked Sendable {
   /// this thread uses it now.
   let spareTrackedWait: TrackedWait
   @exclusivity(unchecked) var trackedWaitIsInUse = false
+  /// The tracked waits of this thread's nested waits, kept alive while they are used.
+  @exclusivity(unchecked) var nestedTrackedWaits: [TrackedWait] = []
   /// The wait this thread is blocked in, for the deadlock detector (see ``WaitBoard``): the
   /// unretained address of an object conforming to `BlockingWait`, or 0.
   let publishedWait = Atomic<UInt>(0)

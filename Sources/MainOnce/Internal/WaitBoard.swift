@@ -1,4 +1,5 @@
 internal import Synchronization
+internal import _CMainOnceShims
 
 /// Where threads publish the waits they block in, for the deadlock detector to read.
 ///
@@ -9,10 +10,13 @@ internal import Synchronization
 ///
 /// Reading another thread's slot is safe because of a two-sided handshake. A reader announces
 /// itself in ``readers``, then takes ``lock`` and, inside it, loads the slots and reads the
-/// objects they name. A thread that withdraws its wait swaps its slot back, then looks at
+/// objects they name. A thread that withdraws its wait stores its slot back, then looks at
 /// ``readers``: if a reader is about, it takes and releases ``lock`` before its frame lets the
-/// object go. Both sides use sequentially consistent operations, so either the reader sees the
-/// slot already withdrawn, or the withdrawing thread sees the reader and waits for it.
+/// object go. Either the reader sees the slot already withdrawn, or the withdrawing thread sees
+/// the reader and waits for it: the store and the load of each side are ordered by a heavy
+/// barrier on the reader's side (`membarrier`, registered when the process was loaded) and a
+/// compiler barrier on the waiting side, so that a wait costs no fence; where `membarrier` is
+/// not available, both sides use sequentially consistent operations instead.
 /// Publishing needs no such handshake: a reader that misses a wait published just now reads
 /// again at its next look.
 enum WaitBoard {
@@ -49,8 +53,15 @@ enum WaitBoard {
   /// may hold its address.
   @inline(__always)
   static func withdraw(_ previous: UInt, on thread: ThreadRecord) {
-    thread.publishedWait.store(previous, ordering: .sequentiallyConsistent)
-    if readers.load(ordering: .sequentiallyConsistent) != 0 { lock.withLock {} }
+    if mainonce_has_heavy_barrier() {
+      // The reader's heavy barrier orders this store before the load below.
+      thread.publishedWait.store(previous, ordering: .releasing)
+      mainonce_light_barrier()
+      if readers.load(ordering: .acquiring) != 0 { lock.withLock {} }
+    } else {
+      thread.publishedWait.store(previous, ordering: .sequentiallyConsistent)
+      if readers.load(ordering: .sequentiallyConsistent) != 0 { lock.withLock {} }
+    }
   }
 
   /// Whether `thread` has a wait published now.
@@ -65,6 +76,11 @@ enum WaitBoard {
   static func read<Result>(_ body: ([(wait: AnyObject, publication: UInt)]) -> Result) -> Result {
     readers.add(1, ordering: .sequentiallyConsistent)
     defer { readers.subtract(1, ordering: .sequentiallyConsistent) }
+    // Every thread that withdraws a wait from here on sees the count above; one that withdrew
+    // before has its store visible below. Without the heavy barrier, withdrawals are
+    // sequentially consistent instead.
+    // A barrier that failed orders nothing: then no slot is safe to read.
+    guard mainonce_heavy_barrier() else { return body([]) }
     let all = records.withLock { Array($0.values) }
     return lock.withLock {
       body(

@@ -268,8 +268,11 @@ extension DispatchQueue {
 /// that the sync can start at all and looks for a deadlock it may close, until ``end()``.
 @usableFromInline
 struct _TrackedSync {
-  let thread: ThreadRecord
-  let record: TrackedWait
+  // This is safe because the thread's record lives as long as the thread, and it keeps the
+  // tracked wait alive until it is given back (see `ThreadRecord.takeTrackedWait`): unowned
+  // references spare a retain and a release of each on every call.
+  unowned(unsafe) let thread: ThreadRecord
+  unowned(unsafe) let record: TrackedWait
   let previous: UInt
 
   /// Publishes the wait for `queue`, which `target` names, for as long as `target` points to
@@ -361,8 +364,9 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
 }
 
 extension ThreadRecord {
-  /// A tracked wait to publish, set up for one wait; give it back with
-  /// ``returnTrackedWait(_:)``. A wait nested in another of this thread's gets a fresh one.
+  /// A tracked wait to publish, set up for one wait, which the record keeps alive until it is
+  /// given back with ``returnTrackedWait(_:)``. A wait nested in another of this thread's gets a
+  /// fresh one.
   func takeTrackedWait(
     for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
     proof: WaitProof
@@ -370,6 +374,7 @@ extension ThreadRecord {
     let wait: TrackedWait
     if trackedWaitIsInUse {
       wait = TrackedWait(thread: id)
+      nestedTrackedWaits.append(wait)
     } else {
       wait = spareTrackedWait
       trackedWaitIsInUse = true
@@ -385,7 +390,11 @@ extension ThreadRecord {
   }
 
   func returnTrackedWait(_ wait: TrackedWait) {
-    if wait === spareTrackedWait { trackedWaitIsInUse = false }
+    if wait === spareTrackedWait {
+      trackedWaitIsInUse = false
+    } else {
+      nestedTrackedWaits.removeLast()
+    }
   }
 }
 

@@ -57,6 +57,22 @@ int32_t mainonce_main_queue_handle(void);
 /// Submits `work(context)` to the main queue: dispatch_async_f, with no block to copy.
 void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context));
 
+/// Whether the process registered, when it was loaded, for private expedited `membarrier`: then
+/// ``mainonce_heavy_barrier`` makes every running thread of the process execute a full memory
+/// barrier, and the threads it orders against need only ``mainonce_light_barrier`` on their
+/// side. Set once, before `main`.
+extern bool mainonce_heavy_barrier_is_registered;
+
+static inline bool mainonce_has_heavy_barrier(void) { return mainonce_heavy_barrier_is_registered; }
+
+/// A compiler barrier: no instruction, but no memory access moves across it.
+static inline void mainonce_light_barrier(void) { __asm__ __volatile__("" ::: "memory"); }
+
+/// A full memory barrier on every running thread of the process (`membarrier`), or, where
+/// ``mainonce_has_heavy_barrier`` is false, on the calling thread only. Returns false if the
+/// system call failed.
+bool mainonce_heavy_barrier(void);
+
 /// Runs `work(context)` on libdispatch's default-priority overcommit global queue, which starts
 /// a thread for it if every worker is busy (or blocked), `delay` nanoseconds from now (0: now).
 void mainonce_async_overcommit(uint64_t delay, void *context,
