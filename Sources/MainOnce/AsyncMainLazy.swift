@@ -30,10 +30,12 @@ internal import Synchronization
 ///
 /// This type cannot deadlock on the main queue: it never blocks a thread. A builder that awaits
 /// its own ``value`` could never finish. MainOnce stops the process with a message that names the
-/// declaration when the build itself awaits it, or a task the build must wait for: a child task
-/// of the build (`async let`, a task group). A `Task { }` started inside the build may or may
-/// not be waited for by the build, so MainOnce cannot tell whether its await can end: such a
-/// task waits, and the stall report names it if the build does not end.
+/// declaration when the build's own task awaits it, or a task the build must wait for: a child
+/// task of the build (`async let`, a task group). A `Task { }` started inside the build may or
+/// may not be waited for by the build, so MainOnce cannot tell whether its await can end: such a
+/// task waits, and the stall report names it if the build does not end. So does a child task
+/// that gave itself an executor preference of its own (`withTaskExecutorPreference`): MainOnce
+/// recognises children by the task executor each build owns, which they no longer run on.
 public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Odd until built, then the address of the built value. Written only by a build, under
   /// `state`'s lock; the build's task holds `self`, so the storage is in place.
@@ -96,7 +98,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   @usableFromInline
   @inline(never)
   func _buildOrJoin() async throws -> Value {
-    let caller = AsyncBuild.Caller(insideBuild: AsyncBuild.Marker.current)
+    let caller = AsyncBuild.Caller(insideBuild: AsyncBuild.Marker.current?.build)
     let outcome = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
         let (now, joined, starts, times) = AsyncBuild.lock.withLock {
@@ -142,11 +144,13 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     }
   }
 
-  /// Starts `build`'s task: on the main actor, marked so that an await of this value from inside
-  /// it is recognized, and with the global executor as its task executor preference, which its
-  /// child tasks inherit and a `Task { }` does not (see ``AsyncBuild/Caller``).
+  /// Starts `build`'s task: marked so that an await of this value from inside it is recognized,
+  /// and with the build's own executor as its task executor preference, which its child tasks
+  /// inherit and a `Task { }` does not (see ``AsyncBuild/Caller``). The builder itself runs on the
+  /// main actor.
   private func start(_ build: AsyncBuild) {
-    Task(executorPreference: globalConcurrentExecutor) { [self] in
+    Task(executorPreference: build.executor) { [self] in
+      build.noteBuildTask()
       let built = await AsyncBuild.Marker.$current.withValue(build.marker) {
         await buildValue(build)
       }
@@ -184,6 +188,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       }
       current.build = nil
       build.isOver = true
+      build.task = nil
       return build.callers
     }
     let outcome: AsyncBuild.Outcome =
@@ -198,8 +203,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
-  // This is safe because `callers`, `hasStarted`, `isOver`, `reportedSince` and `isTimed` are
-  // only read and written under `lock`.
+  // This is safe because `callers`, `hasStarted`, `isOver`, `reportedSince`, `isTimed` and
+  // `task` are only read and written under `lock`.
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
   /// on the slow path, for a few instructions at a time.
@@ -218,9 +223,25 @@ final class AsyncBuild: @unchecked Sendable {
     case cancelled
   }
 
-  /// Identifies one build; task-local inside it, and so in every task started inside it.
-  final class Marker: Sendable {
+  /// Identifies one build; task-local inside it, and so in every task started inside it. Holds
+  /// its build weakly: a `Task { }` started inside the build keeps the marker, and may outlive
+  /// the build.
+  final class Marker: @unchecked Sendable {
+    // This is safe because `build` is written once, by the build's initializer, before the
+    // marker is bound to any task, and only read afterwards.
     @TaskLocal static var current: Marker?
+    weak var build: AsyncBuild?
+  }
+
+  /// The task executor a build prefers for its task: child tasks (`async let`, task groups)
+  /// inherit the preference, a `Task { }` does not, and a `Task(executorPreference:)` or
+  /// `withTaskExecutorPreference` names another executor. Its identity therefore says "part of
+  /// this build that it waits for", without guessing from an executor other code may prefer
+  /// too. Runs every job on the global concurrent executor, as a task without a preference runs.
+  final class Executor: TaskExecutor {
+    func enqueue(_ job: consuming ExecutorJob) {
+      globalConcurrentExecutor.enqueue(job)
+    }
   }
 
   /// A caller waiting for a build.
@@ -230,37 +251,44 @@ final class AsyncBuild: @unchecked Sendable {
     // the lock.
     let since = Platform.monotonicNanoseconds()
     /// The build the caller's task was started inside, if any.
-    let insideBuild: Marker?
-    /// Whether the caller's task has the task executor preference a build gives its task, which
-    /// child tasks inherit (and a `Task { }` does not): with `insideBuild`, the caller is the
-    /// build's task or a child task it must wait for.
-    let isStructuredPartOfBuild: Bool
+    let insideBuild: AsyncBuild?
+    /// Whether the caller's task prefers `insideBuild`'s executor, which only the build's task
+    /// and the child tasks it must wait for do (see ``Executor``).
+    let prefersBuildExecutor: Bool
     var continuation: UnsafeContinuation<Outcome, Never>?
     var isCancelled = false
 
-    init(insideBuild: Marker?) {
+    init(insideBuild: AsyncBuild?) {
       self.insideBuild = insideBuild
-      isStructuredPartOfBuild =
-        insideBuild != nil
-        && withUnsafeCurrentTask {
-          $0?.unownedTaskExecutor == globalConcurrentExecutor.asUnownedTaskExecutor()
-        }
+      prefersBuildExecutor =
+        insideBuild.map { build in
+          withUnsafeCurrentTask {
+            $0?.unownedTaskExecutor == build.executor.asUnownedTaskExecutor()
+          }
+        } ?? false
     }
 
-    /// Whether the caller is part of `build` that the build must wait for: it can never be
-    /// answered.
+    /// Whether the caller is part of `build` that the build must wait for: the build's own task
+    /// (whatever executor it prefers now), or a child task of it. Such a caller can never be
+    /// answered. Called under the lock.
     func awaitsItsOwnBuild(_ build: AsyncBuild) -> Bool {
-      insideBuild === build.marker && isStructuredPartOfBuild
+      guard insideBuild === build else { return false }
+      return prefersBuildExecutor || build.isCurrentTask()
     }
 
-    /// Whether the caller's task was started inside `build`, but not as a child task of it.
+    /// Whether the caller's task was started inside `build`, but is not known to be part of it:
+    /// a `Task { }`, or a child task that prefers an executor of its own. Called under the lock.
     func wasStartedInside(_ build: AsyncBuild) -> Bool {
-      insideBuild === build.marker && !isStructuredPartOfBuild
+      insideBuild === build && !prefersBuildExecutor
     }
   }
 
   let label: CellLabel
   let marker = Marker()
+  let executor = Executor()
+  /// The build's own task while it runs; guarded by ``lock``. Compared with the current task
+  /// only, while the build is not over: the task is alive until it ends the build.
+  var task: UnsafeCurrentTask?
   let since = Platform.monotonicNanoseconds()
   var callers: [Caller] = []
   /// Set once the build runs on the main actor; until then it waits for the main queue.
@@ -274,6 +302,18 @@ final class AsyncBuild: @unchecked Sendable {
 
   init(label: CellLabel) {
     self.label = label
+    marker.build = self
+  }
+
+  /// Records the calling task as the build's own task. Called first thing in that task.
+  func noteBuildTask() {
+    withUnsafeCurrentTask { task in Self.lock.withLock { self.task = task } }
+  }
+
+  /// Whether the calling task is the build's own task. Called under ``lock``.
+  func isCurrentTask() -> Bool {
+    guard let task else { return false }
+    return withUnsafeCurrentTask { $0 == task }
   }
 
   /// Starts the timer after which the deadlock detector watches the build, if callers still
@@ -310,7 +350,8 @@ extension AsyncBuild: StallSubject {
       if startedInside > 0 {
         snapshot.notes.append(
           "\(startedInside) of these tasks \(startedInside == 1 ? "was" : "were") started inside"
-            + " the build with Task { }: if the builder waits for one of them, it can never finish")
+            + " the build with Task { }, or as a child task with an executor preference of its"
+            + " own: if the builder waits for one of them, it can never finish")
       }
       return snapshot
     }

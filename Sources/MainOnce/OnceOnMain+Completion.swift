@@ -27,7 +27,10 @@ public import Dispatch
 /// `completion` itself, and the initialization still runs and `completion` is still called. (A
 /// new object that happens to get the same address has a fresh token of its own.)
 ///
-/// This form cannot deadlock on the main queue: it never blocks a thread.
+/// This form cannot deadlock on the main queue: it never blocks a thread. For the same reason,
+/// unlike the blocking forms, it does not stop when called inside the token's own initializer:
+/// the call queues, returns, and `completion` runs after that initializer has returned, after
+/// the completion of the call that runs it.
 ///
 /// - Parameters:
 ///   - token: The token that records whether an initializer has run.

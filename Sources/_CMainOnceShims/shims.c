@@ -4,7 +4,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+#include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "_CMainOnceShims.h"
@@ -93,10 +95,77 @@ const void *mainonce_main_queue(void) {
 #endif
 }
 
+// After fork(), libdispatch keeps the parent's thread id for the forking thread (it caches the id
+// per thread and registers no fork handler on Linux): the main queue's lock word, and every queue
+// that thread locks in the child, name the thread by an id it no longer has. MainOnce's own fork
+// handlers (registered at load, so that a fork before MainOnce's first use is seen too) record
+// that id, and the owner read below names the thread by its real id again.
+//
+// Written by the child handler while the forking thread is the child's only thread, and read
+// afterwards: thread creation orders the writes before every other thread's reads.
+static int32_t fork_stale_id;    // the forking thread's id as libdispatch names it; 0: none
+static int32_t fork_thread_id;   // its real id in the child
+static bool fork_reset_pending;  // the child has not yet forgotten the parent's threads
+static bool fork_inherits_dead_pool;
+// The id libdispatch names this thread by, where it differs from the real one (a thread that
+// forked, in the child). The forking thread notes, before the fork, what its child inherits.
+static __thread int32_t dispatch_id_alias;
+static __thread int32_t dispatch_id_for_child;
+static __thread bool dead_pool_for_child;
+
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+extern bool _dispatch_is_multithreaded(void);
+#endif
+
+static void before_fork(void) {
+  dispatch_id_for_child = dispatch_id_alias != 0 ? dispatch_id_alias : mainonce_thread_id();
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  // libdispatch's worker threads do not exist in the child, but its pool still counts them:
+  // timers and work submitted to a global queue never run there (measured with this
+  // toolchain).
+  dead_pool_for_child = _dispatch_is_multithreaded();
+#endif
+}
+
+static void in_child(void) {
+  int32_t me = mainonce_thread_id();
+  dispatch_id_alias = dispatch_id_for_child == me ? 0 : dispatch_id_for_child;
+  __atomic_store_n(&fork_stale_id, dispatch_id_alias, __ATOMIC_RELAXED);
+  __atomic_store_n(&fork_thread_id, me, __ATOMIC_RELAXED);
+  __atomic_store_n(&fork_reset_pending, true, __ATOMIC_RELAXED);
+  __atomic_store_n(&fork_inherits_dead_pool, dead_pool_for_child, __ATOMIC_RELAXED);
+  // The forking thread's record was made in the parent and names its parent id: the next slow
+  // path makes a fresh one.
+  mainonce_thread_record_slot = NULL;
+  mainonce_object_cells_slot = NULL;
+}
+
+__attribute__((constructor)) static void watch_forks(void) {
+  // Two plain functions that touch only this file's variables, ask the kernel for the thread id
+  // and read one libdispatch flag: nothing that could wait for a lock another thread held at the
+  // fork.
+  int status = pthread_atfork(before_fork, NULL, in_child);
+  if (status != 0) {
+    fprintf(stderr, "MainOnce: pthread_atfork failed (%d); forked children may misjudge the main "
+                    "queue's owner\n", status);
+  }
+}
+
+bool mainonce_take_fork_reset(void) {
+  return __atomic_exchange_n(&fork_reset_pending, false, __ATOMIC_RELAXED);
+}
+
+bool mainonce_fork_inherits_dead_pool(void) {
+  return __atomic_load_n(&fork_inherits_dead_pool, __ATOMIC_RELAXED);
+}
+
 int32_t mainonce_queue_owner(const void *queue) {
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
   const uint64_t *state = (const uint64_t *)((const char *)queue + StateOffset);
-  return (int32_t)(__atomic_load_n(state, __ATOMIC_RELAXED) & OwnerMask);
+  int32_t owner = (int32_t)(__atomic_load_n(state, __ATOMIC_RELAXED) & OwnerMask);
+  int32_t stale = __atomic_load_n(&fork_stale_id, __ATOMIC_RELAXED);
+  if (stale != 0 && owner == stale) return __atomic_load_n(&fork_thread_id, __ATOMIC_RELAXED);
+  return owner;
 #else
   (void)queue;
   return 0;

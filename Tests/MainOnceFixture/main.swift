@@ -19,6 +19,8 @@ let usage =
   + RegressionScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture detector "
   + DetectorScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture fork "
+  + ForkScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture engine "
   + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
 
@@ -38,6 +40,12 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "foreignLoop",
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "service",
   let scenario = ServiceScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fork",
+  let scenario = ForkScenario(rawValue: CommandLine.arguments[2])
 {
   scenario.run()
 }

@@ -15,6 +15,36 @@ struct CompletionFormTests {
     static let failing = MainOnceToken("failing completion")
     static let failingThenCalled = MainOnceToken("failing completion, called again later")
     static let doneInHandler = MainOnceToken("done in the handler")
+    static let reentered = MainOnceToken("completion form inside its own initializer")
+  }
+
+  /// Re-entrance stops the blocking forms, whose caller would wait for itself. A completion-form
+  /// caller does not wait: its call queues, returns, and is answered when the initializer it
+  /// runs inside has returned.
+  @Test("called inside its own initializer, the completion form queues and completes after it")
+  func completionFormInsideItsOwnInitializer() async {
+    let events = Recorder<String>()
+    let handled = DispatchSemaphore(value: 0)
+    let queue = DispatchQueue(label: "re-entered completions")
+    onceOnMain(token: Tokens.reentered, completionQueue: queue) {
+      events.record("initializer starts")
+      onceOnMain(token: Tokens.reentered, completionQueue: queue) {
+        events.record("inner initializer runs")
+      } completion: {
+        events.record("inner completion, done: \(Tokens.reentered.isDone)")
+        handled.signal()
+      }
+      events.record("initializer returns")
+    } completion: {
+      events.record("outer completion, done: \(Tokens.reentered.isDone)")
+    }
+    // The inner completion comes last: submitted after the outer one, to the same serial queue.
+    #expect(await wait(for: handled))
+    #expect(
+      events.recorded == [
+        "initializer starts", "initializer returns", "outer completion, done: true",
+        "inner completion, done: true",
+      ])
   }
 
   @Test("in its handler the token is done, though no caller has published it yet")

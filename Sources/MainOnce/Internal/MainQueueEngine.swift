@@ -36,7 +36,7 @@ enum MainQueueEngine {
   static func run<Failure: Error>(
     _ cell: OnceCell, site: CallSite, throwing: Failure.Type, _ attempt: Attempt
   ) throws(Failure) {
-    let thread = ThreadRecord.current
+    let thread = ThreadRecord.current(at: site)
     let drives = MainContext.isCurrent(on: thread)
     // The attempt is queued only while this call waits for it, and every reference to it is
     // dropped when this caller is resolved (`Wakes.resolve`), before it returns:

@@ -88,7 +88,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   /// Runs `body` unless the call site is done or running elsewhere; waits for the runner then.
   func run<Failure: Error>(site: CallSite, _ body: () throws(Failure) -> Void) throws(Failure) {
     if word.isPublished { return }
-    let thread = ThreadRecord.current
+    let thread = ThreadRecord.current(at: site)
     let parking = thread.takeParking()
     defer { thread.returnParking(parking) }
     var step = Self.lock.withLock { () -> Step in

@@ -65,14 +65,37 @@ final class ThreadRecord: @unchecked Sendable {
 
   /// The calling thread's record: one thread-local load once made.
   static var current: ThreadRecord {
-    guard let raw = mainonce_thread_record() else { return makeCurrent() }
+    guard let raw = mainonce_thread_record() else { return makeCurrent(at: nil) }
+    return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
+  }
+
+  /// The calling thread's record, for a call made at `site`: named if the record cannot be made.
+  static func current(at site: CallSite) -> ThreadRecord {
+    guard let raw = mainonce_thread_record() else { return makeCurrent(at: site) }
     return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
   }
 
   /// Makes the calling thread's record. The thread-local variables point at it; a pthread key
   /// holds the reference, so that the record is released when the thread exits.
+  ///
+  /// A forked child has no records: the fork handler (in the C shim) forgets the forking
+  /// thread's, which names its id in the parent, and the first record made in the child
+  /// forgets every other thread of the parent (``WaitBoard/register(_:)``). A child whose parent
+  /// had started libdispatch's worker threads stops here, at MainOnce's first slow path: those
+  /// threads are gone, libdispatch still counts them, and neither its timers nor its global
+  /// queues run work there (measured), so a stall would never be reported and a task never run.
   @inline(never)
-  private static func makeCurrent() -> ThreadRecord {
+  private static func makeCurrent(at site: CallSite?) -> ThreadRecord {
+    if mainonce_fork_inherits_dead_pool() {
+      Diagnostics.fail(
+        "MainOnce: this process was forked from one in which libdispatch had started worker"
+          + " threads\(site.map { ", and the call at \($0) is MainOnce's first use in it" } ?? "")"
+          + ". Those threads do not exist in the child, but libdispatch still counts them: its"
+          + " timers and global queues never run work here, Swift concurrency's tasks among it,"
+          + " so MainOnce could neither watch a wait nor serve an async caller. Fork before any"
+          + " Dispatch or Swift concurrency work starts, or call exec in the child.",
+        at: site)
+    }
     let record = ThreadRecord()
     let retained = Unmanaged.passRetained(record).toOpaque()
     // Without the record in place, every call would make a new one and lose its depth.

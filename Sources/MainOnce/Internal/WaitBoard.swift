@@ -26,7 +26,12 @@ enum WaitBoard {
   private static let lock = Lock()
 
   static func register(_ record: ThreadRecord) {
-    records.withLock { $0[record.id] = record }
+    records.withLock {
+      // In a forked child, the parent's threads are gone: only the forking thread goes on, and it
+      // makes a new record.
+      if mainonce_take_fork_reset() { $0.removeAll() }
+      $0[record.id] = record
+    }
   }
 
   static func unregister(_ record: ThreadRecord) {

@@ -27,9 +27,18 @@ const void *_Nullable mainonce_main_queue(void);
 int32_t mainonce_queue_layout_self_test(void);
 
 /// The kernel thread id in the low bits of `queue`'s lock word: the thread that drains it or
-/// runs sync on it, or the thread the main queue is bound to; 0 for nobody. `queue` must be a
-/// live queue and the layout verified.
+/// runs sync on it, or the thread the main queue is bound to; 0 for nobody. In a forked child,
+/// the thread that forked is named by its real id, though libdispatch names it by its id in the
+/// parent. `queue` must be a live queue and the layout verified.
 int32_t mainonce_queue_owner(const void *queue);
+
+/// Whether this process was forked since the last call: the first caller after a fork gets true,
+/// and forgets the parent's threads. The handler that notes a fork is registered at load.
+bool mainonce_take_fork_reset(void);
+
+/// Whether this process was forked from one in which libdispatch had started worker threads:
+/// they do not exist here, and work submitted to a global queue never runs.
+bool mainonce_fork_inherits_dead_pool(void);
 
 /// The label of `queue`, as dispatch_queue_get_label returns it. Same conditions as
 /// mainonce_queue_owner.

@@ -1,0 +1,129 @@
+import Foundation
+import MainOnce
+import MainOnceFixtureSupport
+import Synchronization
+import Testing
+
+/// Which tasks started inside an `AsyncMainLazy` build count as the build awaiting itself. Each
+/// case runs in an exit test: a wrong stop ends the process, and a wrong wait never ends.
+@Suite("AsyncMainLazy tells its build's own tasks from tasks merely started inside it")
+struct AsyncMainLazyChildTests {
+  @Test(
+    "a Task(executorPreference: globalConcurrentExecutor) that the build does not wait for gets the value"
+  )
+  func taskPreferringTheGlobalExecutor() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest(seconds: 10)
+      let value = try await GlobalPreferenceTask.lazy.value
+      let started = try await GlobalPreferenceTask.started.withLock { $0 }!.value
+      exit(value == 1 && started == 1 ? EXIT_SUCCESS : EXIT_FAILURE)
+    }
+  }
+
+  @Test(
+    "a Task { } awaiting inside withTaskExecutorPreference(globalConcurrentExecutor) gets the value"
+  )
+  func taskAwaitingUnderTheGlobalExecutor() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest(seconds: 10)
+      let value = try await GlobalPreferenceScope.lazy.value
+      let started = try await GlobalPreferenceScope.started.withLock { $0 }!.value
+      exit(value == 2 && started == 2 ? EXIT_SUCCESS : EXIT_FAILURE)
+    }
+  }
+
+  @Test("the build's own task awaiting its value under an executor preference of its own stops")
+  func buildTaskWithItsOwnPreferenceStops() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest(seconds: 10)
+      _ = try? await OwnPreferenceBuild.lazy.value
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("awaited its own value while building it"), "\(text)")
+    #expect(text.contains(OwnPreferenceBuild.declaration), "\(text)")
+    #expect(!text.contains("exit test timed out"), "\(text)")
+  }
+
+  /// A child task that prefers another executor no longer runs on the build's: MainOnce cannot
+  /// tell it from a `Task { }`, so it waits, and the stall report names it.
+  @Test("an async let child that changed its executor preference is named in the stall report")
+  func childWithItsOwnPreferenceIsReported() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest(seconds: 10)
+      DeadlockDetection.stallTimeout = .milliseconds(100)
+      DeadlockDetection.reportHandler = { report in
+        guard report.kind == .stall else { return }
+        FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
+        exit(EXIT_FAILURE)
+      }
+      _ = try? await ChildWithOwnPreference.lazy.value
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("REPORT MainOnce: 2 callers have waited"), "\(text)")
+    #expect(
+      text.contains("or as a child task with an executor preference of its own"), "\(text)")
+    #expect(!text.contains("exit test timed out"), "\(text)")
+  }
+}
+
+/// A task executor of the test's own, which runs jobs on the global concurrent executor.
+private final class OtherExecutor: TaskExecutor {
+  func enqueue(_ job: consuming ExecutorJob) {
+    globalConcurrentExecutor.enqueue(job)
+  }
+}
+
+/// A builder that starts a task preferring the global concurrent executor, which awaits the value,
+/// and returns without waiting for it.
+private enum GlobalPreferenceTask {
+  static let declaration = "AsyncMainLazyChildTests.swift:\(#line + 2)"
+  static let started = Mutex<Task<Int, any Error>?>(nil)
+  static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
+    let task = Task(executorPreference: globalConcurrentExecutor) {
+      try await GlobalPreferenceTask.lazy.value
+    }
+    started.withLock { $0 = task }
+    // The task's await meets the build in flight: it waits beside the build's caller.
+    _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == 2 }
+    return 1
+  }
+}
+
+/// A builder that starts a `Task { }` whose body awaits the value inside
+/// `withTaskExecutorPreference(globalConcurrentExecutor)`, and returns without waiting for it.
+private enum GlobalPreferenceScope {
+  static let declaration = "AsyncMainLazyChildTests.swift:\(#line + 2)"
+  static let started = Mutex<Task<Int, any Error>?>(nil)
+  static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
+    let task = Task {
+      try await withTaskExecutorPreference(globalConcurrentExecutor) {
+        try await GlobalPreferenceScope.lazy.value
+      }
+    }
+    started.withLock { $0 = task }
+    // The task's await meets the build in flight: it waits beside the build's caller.
+    _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == 2 }
+    return 2
+  }
+}
+
+/// A builder that awaits its own value in its own task, under an executor preference of its own.
+private enum OwnPreferenceBuild {
+  static let declaration = "MainOnceTests/AsyncMainLazyChildTests.swift:\(#line + 1)"
+  static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
+    try await withTaskExecutorPreference(OtherExecutor()) {
+      try await OwnPreferenceBuild.lazy.value + 1
+    }
+  }
+}
+
+/// A builder that waits for an `async let` child which awaits the value under an executor
+/// preference of its own.
+private enum ChildWithOwnPreference {
+  static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
+    async let inner = withTaskExecutorPreference(OtherExecutor()) {
+      try await ChildWithOwnPreference.lazy.value
+    }
+    return try await inner + 1
+  }
+}
