@@ -12,14 +12,28 @@ private final class Window: Sendable {
   let menuInstalls = Atomic(0)
   let layouts = Atomic(0)
   let installedInMainContext = Atomic(true)
+  /// How many threads have come to each racing call site: its body holds until all have.
+  let visitors = Atomic(0)
+  let layoutVisitors = Atomic(0)
+  static let racingThreads = 8
+
+  /// Holds a call site's body until every racing thread has come to it, so that they collide
+  /// there. Bounded and unchecked: a thread that comes late only makes the race smaller, and
+  /// no verdict depends on it.
+  private func waitForTheOthers(_ arrived: borrowing Atomic<Int>) {
+    _ = waitUntil(timeout: .milliseconds(100)) {
+      arrived.load(ordering: .relaxed) >= Self.racingThreads
+    }
+  }
 
   /// Returns whether both call sites had run when it returned.
   func didBecomeVisible() -> Bool {
+    visitors.add(1, ordering: .relaxed)
     onceOnMain(for: self) {
       if DispatchQueue.getSpecific(key: mainQueueKey) != true {
         installedInMainContext.store(false, ordering: .relaxed)
       }
-      usleep(1_000)  // long enough for the other threads to arrive
+      waitForTheOthers(visitors)
       toolbarInstalls.add(1, ordering: .relaxed)
     }
     onceOnMain(for: self) { menuInstalls.add(1, ordering: .relaxed) }
@@ -28,8 +42,9 @@ private final class Window: Sendable {
 
   /// Returns whether the call site had run when it returned.
   func layOut() -> Bool {
+    layoutVisitors.add(1, ordering: .relaxed)
     runOnce(for: self) {
-      usleep(1_000)
+      waitForTheOthers(layoutVisitors)
       layouts.add(1, ordering: .relaxed)
     }
     return layouts.load(ordering: .relaxed) > 0
@@ -58,8 +73,8 @@ private func attempt(
     ran.record(caller)
     guard caller == 0 else { return }
     started.signal()
-    // Bounded: a failing test must not block main.
-    _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+    // In main context for `onceOnMain(for:)`: bounded, as every hold of the main queue is.
+    holdMainQueue(until: release)
     throw BodyFailed()
   }
   do throws(BodyFailed) {
@@ -88,7 +103,7 @@ struct PerObjectTests {
   func oncePerObjectAndSite() async {
     let windows = (0..<32).map { _ in Window() }
     let earlyReturns = Atomic(0)
-    await raceThreads(8) { _ in
+    await raceThreads(Window.racingThreads) { _ in
       // Every thread visits the windows in the same order, so that they collide on each.
       for window in windows {
         if !window.didBecomeVisible() { earlyReturns.add(1, ordering: .relaxed) }
