@@ -262,7 +262,9 @@ extension PerObjectTests {
 extension PerObjectTests {
   /// Serialized: the table of object cells is the process's, and the objects one of these tests
   /// frees are the other's stale entries.
-  @Suite("The table of object cells", .serialized)
+  @Suite(
+    "Per-object call sites stay done while their objects live and are forgotten after",
+    .serialized)
   struct ObjectTable {
     @Test("entries of freed objects are swept")
     func staleEntriesAreSwept() {
