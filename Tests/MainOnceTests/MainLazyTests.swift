@@ -38,7 +38,7 @@ struct MainLazyTests {
       // Hold each build until the readers that have built nothing are queued behind it, so that
       // failures meet waiting readers. Bounded and unchecked: a reader that comes late only
       // makes the race smaller, and nothing the test checks depends on it.
-      _ = waitUntil(timeout: .milliseconds(500)) {
+      _ = waitUntil(timeout: .milliseconds(200)) {
         waitingCallers(labelContaining: "MainLazy<Int> declared at MainOnceTests/MainLazyTests")
           >= 8 - attempt
       }

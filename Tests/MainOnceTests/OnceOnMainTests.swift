@@ -157,7 +157,7 @@ struct OnceOnMainTests {
           // Hold each attempt until the callers that have made none are queued behind it, so
           // that failures meet waiting callers. Bounded and unchecked: a caller that comes
           // late only makes the race smaller, and nothing below depends on it.
-          _ = waitUntil(timeout: .milliseconds(500)) {
+          _ = waitUntil(timeout: .milliseconds(200)) {
             waitingCallers(labelContaining: "racing failures") >= 8 - attempt
           }
           // The first three attempts fail, whoever makes them.

@@ -12,8 +12,8 @@ private final class Window: Sendable {
   let menuInstalls = Atomic(0)
   let layouts = Atomic(0)
   let installedInMainContext = Atomic(true)
-  /// How many threads have come to each racing call site: its body holds until all have.
-  let visitors = Atomic(0)
+  /// How many threads have come to the racing `runOnce(for:)` call site: its body, which runs
+  /// on the calling thread, holds until all have.
   let layoutVisitors = Atomic(0)
   static let racingThreads = 8
 
@@ -28,12 +28,12 @@ private final class Window: Sendable {
 
   /// Returns whether both call sites had run when it returned.
   func didBecomeVisible() -> Bool {
-    visitors.add(1, ordering: .relaxed)
     onceOnMain(for: self) {
       if DispatchQueue.getSpecific(key: mainQueueKey) != true {
         installedInMainContext.store(false, ordering: .relaxed)
       }
-      waitForTheOthers(visitors)
+      // No wait for the other threads here: this body holds the main queue, which the suites
+      // running beside this one need. They collide here anyway, arriving from `layOut`.
       toolbarInstalls.add(1, ordering: .relaxed)
     }
     onceOnMain(for: self) { menuInstalls.add(1, ordering: .relaxed) }
@@ -73,8 +73,13 @@ private func attempt(
     ran.record(caller)
     guard caller == 0 else { return }
     started.signal()
-    // In main context for `onceOnMain(for:)`: bounded, as every hold of the main queue is.
-    holdMainQueue(until: release)
+    if onMain {
+      // In main context: bounded, as every hold of the main queue is.
+      holdMainQueue(until: release)
+    } else {
+      // On the caller's thread: bounded only against a hang.
+      _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+    }
     throw BodyFailed()
   }
   do throws(BodyFailed) {
