@@ -29,6 +29,7 @@ class ObjectCell: @unchecked Sendable {
 
 /// The storage of one object's `onceOnMain(for:)` call site: a class, so that a caller holds it
 /// in place for the length of its call, also after the object is gone.
+// This is safe because it adds nothing to `ObjectCell`, whose comment says why that is.
 final class MainQueueObjectCell: ObjectCell, @unchecked Sendable {}
 
 /// Finds the cell of an object's call site.

@@ -14,9 +14,9 @@ internal import _CMainOnceShims
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
   // `mainContextDepth`, the cache's slots, `spareParking` and `trackedWaitIsInUse` are only read
-  // and written by the
-  // thread this record belongs to; that also makes their accesses exclusive, so they skip the
-  // dynamic check.
+  // and written by the thread this record belongs to; that also makes their accesses exclusive,
+  // so they skip the dynamic check. `spareTrackedWait` never changes either (its object says why
+  // it may be shared), and the published wait and its count are atomics.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
