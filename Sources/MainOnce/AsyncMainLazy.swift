@@ -43,7 +43,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   let _storage = _OnceWord()
 
   /// The build in flight, if any; guarded by ``AsyncBuild/lock``.
-  private let current = AsyncBuild.Slot()
+  let current = AsyncBuild.Slot()
   private let build: @MainActor @Sendable () async throws -> Value
   private let declaration: CallSite
 
@@ -87,9 +87,6 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       return try await _buildOrJoin()
     }
   }
-
-  /// Whether a build is in flight.
-  var isBuilding: Bool { AsyncBuild.lock.withLock { current.build != nil } }
 
   private var label: CellLabel {
     .asyncLazy(valueType: TypeName(Value.self), declaration: declaration)

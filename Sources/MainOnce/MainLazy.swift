@@ -1,3 +1,5 @@
+internal import _CMainOnceShims
+
 /// A value built once, in main context, the first time it is read.
 ///
 /// Use it for "lazy singleton stacks": objects that must be created on the main queue (they
@@ -33,7 +35,9 @@
 /// main actor: in the Swift 6 language mode, reading it elsewhere does not compile.
 ///
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
-/// process.
+/// process. It is destroyed on the main actor, where it was built: at once when the `MainLazy`
+/// ends in main context, otherwise in a block sent to the main queue (so a value whose
+/// `MainLazy` ends elsewhere is destroyed only if the main queue is served).
 ///
 /// - Warning: Reading `value` from outside main context blocks until the main queue has built
 ///   it, and deadlocks if the main queue is waiting for the reading thread; see
@@ -74,9 +78,10 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     // value that was built has been published; `isDone` also takes a finished, unpublished
     // flight into account, should there be one.
     guard _storage.isDone else { return }
-    let built = UnsafeMutablePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped
-    built.deinitialize(count: 1)
-    UnsafeMutableRawPointer(built).deallocate()
+    // A `MainLazy` may end on any thread (it is `Sendable`), but a value that is not `Sendable`
+    // belongs to the main actor, and so does its deinitialization.
+    MainActorDisposal.destroy(
+      UnsafeMutablePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped)
   }
 
   /// The built value, building it first if needed.
@@ -195,6 +200,30 @@ extension MainLazy where Failure == Never {
   }
 }
 
-// This is safe because the builder only runs in main context, and the built value is only
-// handed out on the main actor unless it is `Sendable`.
+// This is safe because the builder only runs in main context, the built value is only handed
+// out on the main actor unless it is `Sendable`, and it is destroyed on the main actor
+// (`MainActorDisposal`), wherever the `MainLazy` ends.
 extension MainLazy: @unchecked Sendable {}
+
+/// Destroys values built on the main actor, on the main actor.
+enum MainActorDisposal {
+  /// Deinitializes and frees `built`, a value allocated by a `MainLazy`'s build: here in main
+  /// context, otherwise in a block sent to the main queue.
+  static func destroy<Value>(_ built: UnsafeMutablePointer<Value>) {
+    let disposal = Disposal {
+      built.deinitialize(count: 1)
+      UnsafeMutableRawPointer(built).deallocate()
+    }
+    if MainContext.isCurrent { return disposal.body() }
+    // This is safe because the disposal, and `built` with it, is handed over whole: once sent,
+    // nothing here refers to either, and the block is the only code that uses them.
+    mainonce_main_queue_async(Unmanaged.passRetained(disposal).toOpaque()) { context in
+      Unmanaged<Disposal>.fromOpaque(context!).takeRetainedValue().body()
+    }
+  }
+
+  private final class Disposal {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+  }
+}

@@ -102,8 +102,7 @@ struct AsyncOnceOnMainTests {
           try onceOnMain(token: Tokens.retries) { () throws(AttemptFailed) in
             attempts.record(0)
             started.signal()
-            // Bounded: must not block main for good.
-            _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+            holdMainQueue(until: release)
             throw AttemptFailed(caller: 0)
           }
         }

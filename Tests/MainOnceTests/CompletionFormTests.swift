@@ -72,8 +72,7 @@ struct CompletionFormTests {
     Thread {
       onceOnMain(token: Tokens.ordered) {
         started.signal()
-        // Bounded, so that a failing test cannot leave the main queue blocked for the others.
-        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+        holdMainQueue(until: release)
         initialized.store(true, ordering: .releasing)
       }
     }.start()

@@ -17,7 +17,9 @@ struct DocumentationTests {
     var description: String { "\(file):\(line)" }
   }
 
-  @Test("every Swift example in the README, the DocC articles and the doc comments is compiled")
+  @Test(
+    "every Swift example in the README, the DocC articles and the doc comments is in the Examples package, which CI compiles"
+  )
   func examplesAreCompiled() throws {
     let examples = try exampleFiles().map { try significantLines(of: $0) }
     let blocks = try documentationBlocks()

@@ -18,7 +18,9 @@ import Testing
 /// stress that keeps every core busy for seconds); side by side on two cores they would only
 /// slow each other down. None depends on timing: a scenario that needs a worker in its hop waits
 /// until it is parked there, and every bound is scaled (``TimeScale``).
-@Suite("Engine soundness", .serialized)
+@Suite(
+  "Initializers run once and callers return only after them, under races, throws and cancellations",
+  .serialized)
 struct EngineSoundnessTests {
   struct Case: CustomTestStringConvertible, Sendable {
     let scenario: String
@@ -213,7 +215,7 @@ private final class BuildGate: @unchecked Sendable {
   }
 }
 
-@Suite("Engine soundness, in process")
+@Suite("Self-waits stop, and freed tokens and answered callers leave nothing behind")
 struct EngineSoundnessInProcessTests {
   // MARK: Bug 5
 

@@ -35,7 +35,13 @@ struct MainLazyTests {
     static let mainOnly = MainLazy { MainOnlyStack() }
     static let failingThrice = MainLazy { () throws(LazyBuildFailed) -> Int in
       let attempt = failingThriceAttempts.add(1, ordering: .relaxed).newValue
-      usleep(2_000)  // long enough for the other readers to queue up behind each build
+      // Hold each build until the readers that have built nothing are queued behind it, so that
+      // failures meet waiting readers. Bounded and unchecked: a reader that comes late only
+      // makes the race smaller, and nothing the test checks depends on it.
+      _ = waitUntil(timeout: .milliseconds(200)) {
+        waitingCallers(labelContaining: "MainLazy<Int> declared at MainOnceTests/MainLazyTests")
+          >= 8 - attempt
+      }
       if attempt <= 3 { throw LazyBuildFailed(attempt: attempt) }
       return attempt
     }

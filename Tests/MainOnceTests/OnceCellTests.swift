@@ -4,7 +4,7 @@ import Testing
 
 /// The once-cell's transitions, made directly under its lock by one caller at a time: what the
 /// engine's callers are told at each step, without threads or the main queue.
-@Suite("Once-cell states")
+@Suite("Each transition of a once-cell tells its callers the right thing")
 struct OnceCellTests {
   @Test("a successful attempt publishes the word only after every waiting caller is resolved")
   func publishesAfterResolvingEveryWaiter() {

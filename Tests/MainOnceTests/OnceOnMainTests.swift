@@ -109,8 +109,7 @@ struct OnceOnMainTests {
         try onceOnMain(token: Tokens.handover) { () throws(Failure) in
           runs.add(1, ordering: .relaxed)
           firstStarted.signal()
-          // Bounded, so that a failing test cannot leave the main queue blocked for the others.
-          _ = releaseFirst.wait(timeout: .now() + TimeScale.seconds(10))
+          holdMainQueue(until: releaseFirst)
           throw Failure(caller: 0)
         }
       }
@@ -154,9 +153,15 @@ struct OnceOnMainTests {
     await raceThreads(8) { caller in
       do throws(Failure) {
         try onceOnMain(token: Tokens.racingFailures) { () throws(Failure) in
-          usleep(2_000)  // long enough for the other callers to queue up behind each attempt
+          let attempt = attempts.add(1, ordering: .relaxed).newValue
+          // Hold each attempt until the callers that have made none are queued behind it, so
+          // that failures meet waiting callers. Bounded and unchecked: a caller that comes
+          // late only makes the race smaller, and nothing below depends on it.
+          _ = waitUntil(timeout: .milliseconds(200)) {
+            waitingCallers(labelContaining: "racing failures") >= 8 - attempt
+          }
           // The first three attempts fail, whoever makes them.
-          if attempts.add(1, ordering: .relaxed).newValue <= 3 { throw Failure(caller: caller) }
+          if attempt <= 3 { throw Failure(caller: caller) }
           successes.add(1, ordering: .relaxed)
         }
       } catch {

@@ -12,6 +12,19 @@ private final class Window: Sendable {
   let menuInstalls = Atomic(0)
   let layouts = Atomic(0)
   let installedInMainContext = Atomic(true)
+  /// How many threads have come to the racing `runOnce(for:)` call site: its body, which runs
+  /// on the calling thread, holds until all have.
+  let layoutVisitors = Atomic(0)
+  static let racingThreads = 8
+
+  /// Holds a call site's body until every racing thread has come to it, so that they collide
+  /// there. Bounded and unchecked: a thread that comes late only makes the race smaller, and
+  /// no verdict depends on it.
+  private func waitForTheOthers(_ arrived: borrowing Atomic<Int>) {
+    _ = waitUntil(timeout: .milliseconds(100)) {
+      arrived.load(ordering: .relaxed) >= Self.racingThreads
+    }
+  }
 
   /// Returns whether both call sites had run when it returned.
   func didBecomeVisible() -> Bool {
@@ -19,7 +32,8 @@ private final class Window: Sendable {
       if DispatchQueue.getSpecific(key: mainQueueKey) != true {
         installedInMainContext.store(false, ordering: .relaxed)
       }
-      usleep(1_000)  // long enough for the other threads to arrive
+      // No wait for the other threads here: this body holds the main queue, which the suites
+      // running beside this one need. They collide here anyway, arriving from `layOut`.
       toolbarInstalls.add(1, ordering: .relaxed)
     }
     onceOnMain(for: self) { menuInstalls.add(1, ordering: .relaxed) }
@@ -28,8 +42,9 @@ private final class Window: Sendable {
 
   /// Returns whether the call site had run when it returned.
   func layOut() -> Bool {
+    layoutVisitors.add(1, ordering: .relaxed)
     runOnce(for: self) {
-      usleep(1_000)
+      waitForTheOthers(layoutVisitors)
       layouts.add(1, ordering: .relaxed)
     }
     return layouts.load(ordering: .relaxed) > 0
@@ -58,8 +73,13 @@ private func attempt(
     ran.record(caller)
     guard caller == 0 else { return }
     started.signal()
-    // Bounded: a failing test must not block main.
-    _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+    if onMain {
+      // In main context: bounded, as every hold of the main queue is.
+      holdMainQueue(until: release)
+    } else {
+      // On the caller's thread: bounded only against a hang.
+      _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+    }
     throw BodyFailed()
   }
   do throws(BodyFailed) {
@@ -88,7 +108,7 @@ struct PerObjectTests {
   func oncePerObjectAndSite() async {
     let windows = (0..<32).map { _ in Window() }
     let earlyReturns = Atomic(0)
-    await raceThreads(8) { _ in
+    await raceThreads(Window.racingThreads) { _ in
       // Every thread visits the windows in the same order, so that they collide on each.
       for window in windows {
         if !window.didBecomeVisible() { earlyReturns.add(1, ordering: .relaxed) }
@@ -247,7 +267,9 @@ extension PerObjectTests {
 extension PerObjectTests {
   /// Serialized: the table of object cells is the process's, and the objects one of these tests
   /// frees are the other's stale entries.
-  @Suite("The table of object cells", .serialized)
+  @Suite(
+    "Per-object call sites stay done while their objects live and are forgotten after",
+    .serialized)
   struct ObjectTable {
     @Test("entries of freed objects are swept")
     func staleEntriesAreSwept() {

@@ -2,7 +2,7 @@ import Testing
 
 @testable import MainOnce
 
-@Suite("Settings and queue introspection")
+@Suite("Settings take effect, and queue introspection answers or degrades safely")
 struct SettingsTests {
   @Test(
     "switches accept on/off, true/false, yes/no and 1/0 in any case, and nothing else",

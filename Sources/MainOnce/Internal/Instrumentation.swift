@@ -1,6 +1,12 @@
 internal import Synchronization
 
-/// Counters for MainOnce's benchmarks and tests. Not API: names and meanings may change.
+/// Counters for MainOnce's benchmarks and tests. Not API: names and meanings may change without
+/// notice, and no release promises them.
+///
+/// This is the one surface MainOnce keeps for its tests and benchmarks (`@_spi(Instrumentation)`;
+/// tests reach everything else with `@testable import`, from test-only code in the test target).
+/// What the shipped library pays for it: two relaxed atomic increments a hop or a parked thread,
+/// off the fast path. The registry of waited-for subjects below is kept only in a test runner.
 @_spi(Instrumentation)
 public enum Instrumentation {
   /// How many hops MainOnce has sent to the main queue: each is one main-queue work item.
@@ -37,7 +43,8 @@ public enum Instrumentation {
 extension Instrumentation {
   /// Every flight and `AsyncMainLazy` build that callers which do not block have waited for,
   /// weakly: a probe of the engine for tests that need to see queued callers. Registered when
-  /// the first such caller starts its subject's timer; under the lock.
+  /// the first such caller starts its subject's timer; under the lock. Only in a test runner
+  /// (`Platform.isTestRunner`): any other process registers nothing.
   static let subjects = Locked<[ObjectIdentifier: WeakSubject]>([:])
 
   struct WeakSubject {
@@ -45,6 +52,7 @@ extension Instrumentation {
   }
 
   static func noteSubject(_ subject: any StallSubject) {
+    guard Platform.isTestRunner else { return }
     subjects.withLock { subjects in
       subjects = subjects.filter { $0.value.subject != nil }
       subjects[ObjectIdentifier(subject)] = WeakSubject(subject: subject)

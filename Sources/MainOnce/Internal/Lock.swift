@@ -54,9 +54,8 @@ final class Lock: @unchecked Sendable {
   }
 }
 
-/// State guarded by a ``Lock``.
-final class Locked<State>: @unchecked Sendable {
-  // This is safe because `state` is only read or written inside `lock.withLock`.
+/// State guarded by a ``Lock``: reachable only inside ``withLock(_:)``.
+final class Locked<State> {
   private let lock = Lock()
   // Unchecked: the lock already makes every access exclusive.
   @exclusivity(unchecked) private var state: State
@@ -71,3 +70,10 @@ final class Locked<State>: @unchecked Sendable {
     try lock.withLock { () throws(Failure) -> Result in try body(&state) }
   }
 }
+
+// This is safe because `state` is only read or written inside `lock.withLock`, so no two threads
+// touch it at once, and each sees every write made before the lock was last released; and
+// because only a `Sendable` state may be reached from several threads this way: a state that
+// is not `Sendable` (one holding a non-`Sendable` reference, say) would let two threads use the
+// object it refers to outside the lock.
+extension Locked: @unchecked Sendable where State: Sendable {}

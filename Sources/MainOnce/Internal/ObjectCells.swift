@@ -29,6 +29,7 @@ class ObjectCell: @unchecked Sendable {
 
 /// The storage of one object's `onceOnMain(for:)` call site: a class, so that a caller holds it
 /// in place for the length of its call, also after the object is gone.
+// This is safe because it adds nothing to `ObjectCell`, whose comment says why that is.
 final class MainQueueObjectCell: ObjectCell, @unchecked Sendable {}
 
 /// Finds the cell of an object's call site.
@@ -65,11 +66,8 @@ enum ObjectCells {
   /// Cells whose object is gone are swept out when the table grows. Only a thread's cache miss
   /// looks here, so the table is kept small rather than its probes short.
   struct Table {
-    private var slots = [ObjectCell?](repeating: nil, count: 64)
+    private(set) var slots = [ObjectCell?](repeating: nil, count: 64)
     private(set) var count = 0
-
-    /// How many cells are stale: their object is gone.
-    var staleCount: Int { slots.reduce(0) { $0 + ($1 != nil && $1!.object == nil ? 1 : 0) } }
 
     /// The cell for `key` whose object is `object`.
     func cell(for key: Key, of object: AnyObject) -> ObjectCell? {

@@ -52,11 +52,13 @@ enum ObjectLifetimes {
       mainonce_side_table_object(side) == address(of: probe!),
       isLive(probe!, withSideTable: side), !isLive(other, withSideTable: side)
     else { return false }
-    // This is safe because the closure runs in the probe's own deinit, where the object is
-    // still allocated, and only its address is used.
+    // This is safe because the closure runs in the probe's own deinit, while the object is
+    // still allocated, and reads it only through its raw address: it holds no reference to the
+    // object, so it neither retains a deinitializing object nor keeps one alive.
     let deinitializing = Locked<Bool?>(nil)
-    probe!.onDeinit = { [unowned(unsafe) probe] in
-      deinitializing.withLock { $0 = !isLive(probe!, withSideTable: side) }
+    let probeAddress = address(of: probe!)
+    probe!.onDeinit = {
+      deinitializing.withLock { $0 = !mainonce_is_live_with_side_table(probeAddress, side) }
     }
     probe = nil
     return withExtendedLifetime(other) { deinitializing.withLock { $0 } == true }

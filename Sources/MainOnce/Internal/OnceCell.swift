@@ -84,8 +84,17 @@ struct _OnceWord: ~Copyable, Sendable {
 
   /// The storage's address, for a caller that borrows it for as long as it uses the address.
   ///
-  /// This is safe because the storage holds an `Atomic`, which has raw layout: a borrowed value
-  /// of such a type is passed by address, never copied, and stays put until the borrow ends.
+  /// This is safe because of what a borrow of this type is, not because of `withUnsafePointer`,
+  /// whose documentation promises the pointer only inside its closure. `_OnceWord` is
+  /// `~Copyable`, so no copy of it can exist, and while it is borrowed it cannot be moved or
+  /// consumed (the borrow excludes both). It stores an `Atomic`, which has raw layout
+  /// (`@_rawLayout`): such a type, and every type that stores one, is address-only, so a borrow
+  /// of it is passed as the address of the storage itself, which is the address that
+  /// `withUnsafePointer(to:)` hands to its closure. The address therefore names the storage
+  /// until the caller's borrow ends, the same property the standard library's `Atomic` and
+  /// `Mutex` rest on when they operate on a borrowed `self`. The caller's side of it: use the
+  /// address only while borrowing the storage, and let nothing that can outlive the borrow keep
+  /// it (a flight never does; a waiter drops it when it is resolved).
   var address: UnsafePointer<_OnceWord> {
     withUnsafePointer(to: self) { $0 }
   }
@@ -284,9 +293,12 @@ enum Resolution {
 /// One caller of a flight, with the attempt it brought and how to tell it the end.
 final class Waiter: @unchecked Sendable {
   // This is safe because the variables are only read and written under `OnceCell.lock`, but
-  // `resolution`, which is written once under the lock before the caller is told and read by
-  // the caller after it is told (through the lock, the parking's semaphore or the
-  // continuation, each of which orders the two), and `isResolved`, an atomic.
+  // for three reads after it: `resolution`, which is written once under the lock before the
+  // caller is told and read by the caller after it is told (through the lock, the parking's
+  // semaphore or the continuation, each of which orders the two); `kind` and `resolution`,
+  // which `Wakes.deliver` reads after the lock is released, on the thread that resolved the
+  // caller under it (neither is written again once the caller is resolved); and `isResolved`,
+  // an atomic.
 
   /// How the caller learns its resolution: a parked thread is signalled; a suspended task
   /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to

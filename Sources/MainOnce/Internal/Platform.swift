@@ -81,15 +81,30 @@ enum Platform {
     }
   }
 
-  /// Sleeps the calling thread.
+  /// Sleeps the calling thread for at least `microseconds`: a signal that interrupts the sleep
+  /// (`EINTR`) does not cut it short; the rest is slept.
   static func sleep(microseconds: UInt32) {
-    usleep(microseconds)
+    var remaining = timespec(
+      tv_sec: Int(microseconds / 1_000_000), tv_nsec: Int(microseconds % 1_000_000) * 1_000)
+    while true {
+      var request = remaining
+      if nanosleep(&request, &remaining) == 0 { return }
+      // Only a signal may end it early; anything else (`EINVAL`) is a bug in the interval.
+      let error = errno
+      if error != EINTR {
+        Diagnostics.internalInconsistency("nanosleep failed with errno \(error)")
+      }
+    }
   }
 
   /// Monotonic time in nanoseconds.
   static func monotonicNanoseconds() -> UInt64 {
     var now = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &now)
+    // `CLOCK_MONOTONIC` exists on every Linux kernel, and `now` is a valid address: a failure
+    // means the process is broken, and a time of 0 would silently corrupt every duration.
+    if clock_gettime(CLOCK_MONOTONIC, &now) != 0 {
+      Diagnostics.internalInconsistency("clock_gettime(CLOCK_MONOTONIC) failed with errno \(errno)")
+    }
     return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
   }
 }

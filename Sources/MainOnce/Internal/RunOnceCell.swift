@@ -33,7 +33,8 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     let site: CallSite
     let parking: Parking
     let cell: RunOnceCell
-    // Written under the lock before `parking` is unparked; read after it wakes.
+    // This is safe because it is written under the lock before `parking` is unparked, and read
+    // by the waiter only after it wakes: the semaphore orders the two.
     nonisolated(unsafe) var turn: Turn?
     let isResolved = Atomic(false)
 

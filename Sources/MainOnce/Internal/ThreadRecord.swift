@@ -13,10 +13,11 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, the cache's slots, `spareParking`, `trackedWaitIsInUse` and `nestedTrackedWaits` are only read
-  // and written by the
-  // thread this record belongs to; that also makes their accesses exclusive, so they skip the
-  // dynamic check.
+  // `mainContextDepth`, the cache's slots, `spareParking`, `trackedWaitIsInUse` and
+  // `nestedTrackedWaits` are only read and written by the thread this record belongs to; that
+  // also makes their accesses exclusive, so they skip the dynamic check. `spareTrackedWait`
+  // never changes either (its object says why it may be shared), and the published wait and its
+  // count are atomics.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID

@@ -1,3 +1,4 @@
+import Dispatch
 import MainOnce
 import MainOnceFixtureSupport
 import Testing
@@ -11,10 +12,16 @@ import Testing
 /// seconds, and the watchdog would rightly report it. No test in this process asks for a
 /// report: each report the watchdog can give is tested in a fixture process with its own
 /// settings. So this process raises the stall timeout above any deliberate hold (each bounded
-/// at 10 s, scaled), while a real hang (which the tests' own time limits catch sooner) is
+/// by ``mainQueueHold``), while a real hang (which the tests' own time limits catch sooner) is
 /// still reported.
 struct TestProcessSettings: SuiteTrait, TestScoping {
   static let stallTimeout = Duration.seconds(30).scaled
+
+  /// The longest a test in this process may hold the main queue on purpose (scaled): a fifth of
+  /// the time limit every other test's main-queue work has (10 s, scaled). When a test that
+  /// holds it fails, so that nothing releases it, it fails alone: the suites running beside
+  /// it get the main queue back long before their own limits.
+  static let mainQueueHold = Duration.seconds(2).scaled
 
   func provideScope(
     for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
@@ -27,4 +34,10 @@ struct TestProcessSettings: SuiteTrait, TestScoping {
 extension Trait where Self == TestProcessSettings {
   /// This suite's tests wait for initializers in the test process (see ``TestProcessSettings``).
   static var testProcessSettings: Self { Self() }
+}
+
+/// Holds the main queue (the caller is in main context: an initializer or a body that runs
+/// there) until `release` is signalled, for at most ``TestProcessSettings/mainQueueHold``.
+func holdMainQueue(until release: DispatchSemaphore) {
+  _ = release.wait(timeout: .now() + TestProcessSettings.mainQueueHold.seconds)
 }
