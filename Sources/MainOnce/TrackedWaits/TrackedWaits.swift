@@ -34,6 +34,7 @@ internal import Synchronization
 ///   - wait: The blocking wait itself.
 /// - Returns: What `wait` returns.
 /// - Throws: What `wait` throws.
+@inlinable
 public func withTrackedWait<Result, Failure: Error>(
   for target: WaitTarget,
   file: StaticString = #fileID,
@@ -41,14 +42,9 @@ public func withTrackedWait<Result, Failure: Error>(
   _ wait: () throws(Failure) -> Result
 ) throws(Failure) -> Result {
   try withUnsafePointer(to: target) { (target) throws(Failure) -> Result in
-    let thread = ThreadRecord.current
-    let record = thread.takeTrackedWait(
-      for: target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
-      proof: .opaque)
-    defer { thread.returnTrackedWait(record) }
-    // Without introspection, the main queue's holder is known only from the waits that say so.
-    if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
-    return try record.published(on: thread, wait)
+    let scope = _TrackedScope(opaqueWaitFor: target, file: file, line: line)
+    defer { scope.end() }
+    return try wait()
   }
 }
 
@@ -250,7 +246,7 @@ extension DispatchQueue {
     execute work: () throws(Failure) -> Result
   ) throws(Failure) -> Result {
     try withUnsafePointer(to: WaitTarget._queue(self)) { (target) throws(Failure) -> Result in
-      let wait = _TrackedSync(on: self, target: target, file: file, line: line)
+      let wait = _TrackedScope(syncOn: self, target: target, file: file, line: line)
       defer { wait.end() }
       // The result is kept here, in the caller's specialization: the non-generic `sync`
       // neither allocates a box for it nor builds generic metadata at run time.
@@ -264,29 +260,45 @@ extension DispatchQueue {
   }
 }
 
-/// A `trackedSync` in progress: its wait published from ``init(on:file:line:)``, which checks
-/// that the sync can start at all and looks for a deadlock it may close, until ``end()``.
+/// A `withTrackedWait` or `trackedSync` in progress: its wait published from its initializer
+/// until ``end()``. Both are inlinable, so that each caller's specialization calls only these
+/// two functions of MainOnce's.
 @usableFromInline
-struct _TrackedSync {
-  // This is safe because the thread's record lives as long as the thread, and it keeps the
-  // tracked wait alive until it is given back (see `ThreadRecord.takeTrackedWait`): unowned
-  // references spare a retain and a release of each on every call.
-  unowned(unsafe) let thread: ThreadRecord
-  unowned(unsafe) let record: TrackedWait
+struct _TrackedScope {
+  let thread: ThreadRecord
+  let record: TrackedWait
   let previous: UInt
 
-  /// Publishes the wait for `queue`, which `target` names, for as long as `target` points to
-  /// it: until ``end()``.
+  /// Publishes a `withTrackedWait` for `target`, for as long as `target` points to it: until
+  /// ``end()``.
   @usableFromInline
-  init(
-    on queue: DispatchQueue, target: UnsafePointer<WaitTarget>, file: StaticString, line: UInt
+  init(opaqueWaitFor target: UnsafePointer<WaitTarget>, file: StaticString, line: UInt) {
+    self.init(
+      target, operation: "withTrackedWait(for:)", site: CallSite(file: file, line: line),
+      proof: .opaque)
+  }
+
+  private init(
+    _ target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
+    proof: WaitProof
   ) {
     thread = ThreadRecord.current
-    let site = CallSite(file: file, line: line)
-    record = thread.takeTrackedWait(
-      for: target, operation: "DispatchQueue.trackedSync", site: site, proof: .structural)
+    record = thread.takeTrackedWait(for: target, operation: operation, site: site, proof: proof)
+    // Without introspection, the main queue's holder is known only from the waits that say so.
     if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
     previous = WaitBoard.publish(record, on: thread)
+  }
+
+  /// Publishes the wait of a `sync` on `queue`, which `target` names, for as long as `target`
+  /// points to it: until ``end()``. Checks that the sync can start at all, and looks for a
+  /// deadlock it may close.
+  @usableFromInline
+  init(
+    syncOn queue: DispatchQueue, target: UnsafePointer<WaitTarget>, file: StaticString,
+    line: UInt
+  ) {
+    let site = CallSite(file: file, line: line)
+    self.init(target, operation: "DispatchQueue.trackedSync", site: site, proof: .structural)
     let owner = QueueOwnership.stopIfSyncWouldWaitForItself(
       on: queue, at: site, thread: thread.id)
     // A queue held by a thread that waits itself: this wait may close a deadlock that no
