@@ -131,20 +131,24 @@ struct TrackedWaitTests {
       boundExitTest()
       let first = DispatchQueue(label: "tracked.first")
       let second = DispatchQueue(label: "tracked.second")
-      let inside = DispatchSemaphore(value: 0)
+      // Each thread holds its queue before either asks for the other's.
+      let holdsFirst = DispatchSemaphore(value: 0)
+      let holdsSecond = DispatchSemaphore(value: 0)
       let other = Atomic<Int32>(0)
       let me = KernelThread.current
       Thread {
         second.sync {
           other.store(KernelThread.current, ordering: .releasing)
-          inside.signal()
+          holdsSecond.signal()
+          holdsFirst.wait()
           // This thread closes it once the first sleeps in its sync (bounded).
           if theOtherCloses { _ = waitUntil { KernelThread.isAsleep(me) } }
           first.trackedSync {}
         }
       }.start()
       first.sync {
-        inside.wait()
+        holdsFirst.signal()
+        holdsSecond.wait()
         if !theOtherCloses {
           _ = waitUntil { KernelThread.isAsleep(other.load(ordering: .acquiring)) }
         }

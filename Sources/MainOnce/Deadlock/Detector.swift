@@ -11,31 +11,47 @@ internal import Synchronization
 /// (``watchStall(of:)`` is the first point for callers that do not block). It reads the waits
 /// threads block in from the `WaitBoard`, and each wait's state through `BlockingWait`.
 ///
-/// A watched wait looks, once per ``slice``, for a deadlock through it (``WaitGraph``). One
+/// A watched wait looks for a deadlock through it (``WaitGraph``) at once, then again after a
+/// ``slice`` while it has a suspect, and otherwise less and less often, up to every
+/// ``longestLookInterval``: the wait that closes a deadlock looks itself (a blocked caller, a
+/// semaphore or group wait once its grace is over, a `trackedSync` before it blocks), so the
+/// others look again only for deadlocks closed by a wait that cannot (`withTrackedWait`). One
 /// whose every wait can prove that it is blocked (`WaitProof`) is a suspect: proven once a later
 /// reading finds the same waits blocked the same way (at once, by a second reading, where every
 /// wait shows it by its state), and every semaphore or group wait among them through a slice
-/// that began after the first reading. It is then stopped (or reported, under
-/// `report`). A deadlock through a wait MainOnce cannot see into is reported once, and waiting
-/// goes on. Independently, once the wait has lasted the stall timeout, its subject is reported
-/// once; under the stall response `abort`, a look a timeout later stops the process if the
-/// thread in the way has not run at all in between (``StallLook``).
+/// that began after the first reading. It is then stopped (or reported, under `report`). A
+/// deadlock through a wait MainOnce cannot see into is reported once, and waiting goes on.
+/// Independently, once the wait has lasted the stall timeout, its subject is reported once;
+/// under the stall response `abort`, a look a timeout later stops the process if the thread in
+/// the way has not run at all in between (``StallLook``).
 enum Detector {
-  /// How often a watched wait looks again.
+  /// How long a watched wait sleeps between two checks; a semaphore or group wait's slice.
   static let slice: UInt64 = 25_000_000
+  /// The longest interval between two looks at the wait-for graph by a wait with no suspect.
+  static let longestLookInterval: UInt64 = 400_000_000
 
-  /// Watches `wait`, blocked on the calling thread, until `park` returns `true`: `park` waits
-  /// until the deadline it is given, and says whether the wait has ended.
-  static func watch(_ wait: any BlockingWait, park: (DispatchTime) -> Bool) {
+  /// Watches `wait`, blocked on the calling thread since `since`, until `park` returns `true`:
+  /// `park` waits until the deadline it is given, and says whether the wait has ended.
+  static func watch(
+    _ wait: any BlockingWait, since: UInt64 = Platform.monotonicNanoseconds() &- WaitBoard.grace,
+    park: (DispatchTime) -> Bool
+  ) {
     var suspect: Suspect?
     var isCycleReported = false
     var stall = StallLook()
+    var interval = slice
+    var nextLook: UInt64 = 0
     repeat {
+      let now = Platform.monotonicNanoseconds()
       let response = DeadlockDetection.cycleResponse
-      if response != .off, !isCycleReported {
+      if response != .off, !isCycleReported, now >= nextLook {
         isCycleReported = look(for: wait, response: response, suspect: &suspect)
+        interval = suspect == nil ? min(interval * 2, longestLookInterval) : slice
+        nextLook = now &+ interval
       }
-      if let subject = wait.stallSubject { stall.look(at: subject, site: wait.site) }
+      if let subject = wait.stallSubject {
+        stall.look(at: subject, site: wait.site, waitingSince: since, now: now)
+      }
     } while !park(.now() + .nanoseconds(Int(slice)))
   }
 
@@ -108,10 +124,16 @@ private final class TimerWatch: @unchecked Sendable {
 
   init(subject: any StallSubject) { self.subject = subject }
 
+  /// When the first caller that does not block began to wait: a grace before the timer first
+  /// fired.
+  let since = Platform.monotonicNanoseconds() &- WaitBoard.grace
+
   func next() {
-    Platform.runOnOvercommitQueue(afterNanoseconds: Detector.slice) {
+    Platform.runOnOvercommitQueue(afterNanoseconds: 4 * Detector.slice) {
       guard self.subject.stallSnapshot().map({ !$0.callers.isEmpty }) == true else { return }
-      self.stall.look(at: self.subject, site: nil)
+      self.stall.look(
+        at: self.subject, site: nil, waitingSince: self.since,
+        now: Platform.monotonicNanoseconds())
       self.next()
     }
   }

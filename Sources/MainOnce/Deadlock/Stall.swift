@@ -340,13 +340,19 @@ struct StallLook {
   private var baseline: StallWatch.Baseline?
   private var isOver = false
 
-  mutating func look(at subject: any StallSubject, site: CallSite?) {
+  /// Looks at `subject`, if a look is due: `waitingSince` is when the watcher's own wait began,
+  /// which the subject's oldest caller did not begin after.
+  mutating func look(
+    at subject: any StallSubject, site: CallSite?, waitingSince: UInt64, now: UInt64
+  ) {
     let settings = DeadlockDetection.Snapshot.current
-    guard settings.stallResponse != .off, !isOver, let snapshot = subject.stallSnapshot(),
-      let oldest = snapshot.callers.map(\.since).min()
-    else { return }
-    let now = Platform.monotonicNanoseconds()
     let timeout = settings.stallTimeoutNanoseconds
+    // Cheap first: most looks are not due, and need no lock.
+    guard settings.stallResponse != .off, !isOver,
+      now &- (reportedAt ?? waitingSince) >= timeout
+    else { return }
+    guard let snapshot = subject.stallSnapshot(), let oldest = snapshot.callers.map(\.since).min()
+    else { return }
     let since = min(oldest, now)
     guard now &- (reportedAt ?? since) >= timeout else { return }
     let look = Look(at: subject, snapshot, now: now, since: since, timeout: timeout)

@@ -65,6 +65,12 @@ final class ThreadRecord: @unchecked Sendable {
   }
 
   /// The calling thread's record: one thread-local load once made.
+  /// The calling thread's record, unretained: the thread keeps it alive as long as it runs.
+  static var currentUnmanaged: Unmanaged<ThreadRecord> {
+    guard let raw = mainonce_thread_record() else { return .passUnretained(makeCurrent(at: nil)) }
+    return Unmanaged<ThreadRecord>.fromOpaque(raw)
+  }
+
   static var current: ThreadRecord {
     guard let raw = mainonce_thread_record() else { return makeCurrent(at: nil) }
     return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()

@@ -265,8 +265,11 @@ extension DispatchQueue {
 /// two functions of MainOnce's.
 @usableFromInline
 struct _TrackedScope {
-  let thread: ThreadRecord
-  let record: TrackedWait
+  // Unmanaged, and used through guaranteed references: the thread's record lives as long as
+  // the thread, and keeps the tracked wait alive until it is given back (a nested wait's too),
+  // so neither is retained or released on the way.
+  let thread: Unmanaged<ThreadRecord>
+  let record: Unmanaged<TrackedWait>
   let previous: UInt
 
   /// Publishes a `withTrackedWait` for `target`, for as long as `target` points to it: until
@@ -282,11 +285,23 @@ struct _TrackedScope {
     _ target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
     proof: WaitProof
   ) {
-    thread = ThreadRecord.current
-    record = thread.takeTrackedWait(for: target, operation: operation, site: site, proof: proof)
-    // Without introspection, the main queue's holder is known only from the waits that say so.
-    if !QueueOwnership.isAvailable { record.holdsMainQueue = MainContext.isCurrent(on: thread) }
-    previous = WaitBoard.publish(record, on: thread)
+    let thread = ThreadRecord.currentUnmanaged
+    let record = thread._withUnsafeGuaranteedRef { thread in
+      let record = thread.takeTrackedWaitUnmanaged(
+        for: target, operation: operation, site: site, proof: proof)
+      // Without introspection, the main queue's holder is known only from the waits that say
+      // so.
+      if !QueueOwnership.isAvailable {
+        let holds = MainContext.isCurrent(on: thread)
+        record._withUnsafeGuaranteedRef { $0.holdsMainQueue = holds }
+      }
+      return record
+    }
+    self.thread = thread
+    self.record = record
+    previous = thread._withUnsafeGuaranteedRef { thread in
+      record._withUnsafeGuaranteedRef { WaitBoard.publish($0, on: thread) }
+    }
   }
 
   /// Publishes the wait of a `sync` on `queue`, which `target` names, for as long as `target`
@@ -300,27 +315,29 @@ struct _TrackedScope {
     let site = CallSite(file: file, line: line)
     self.init(target, operation: "DispatchQueue.trackedSync", site: site, proof: .structural)
     let owner = QueueOwnership.stopIfSyncWouldWaitForItself(
-      on: queue, at: site, thread: thread.id)
+      on: queue, at: site, thread: thread._withUnsafeGuaranteedRef { $0.id })
     // A queue held by a thread that waits itself: this wait may close a deadlock that no
     // thread on it can look for again (a `trackedSync` cannot), so look once now. Published
     // first, and fenced, so that of two such waits closing a deadlock together, one sees the
     // other.
     if case .thread(let owner) = owner {
       atomicMemoryFence(ordering: .sequentiallyConsistent)
-      if WaitBoard.isWaiting(owner) { Detector.lookBeforeBlocking(record) }
+      if WaitBoard.isWaiting(owner) { Detector.lookBeforeBlocking(record.takeUnretainedValue()) }
     }
   }
 
   /// The work has started: the wait for the queue is over.
   @usableFromInline
   func enter() {
-    record.entered.store(true, ordering: .sequentiallyConsistent)
+    record._withUnsafeGuaranteedRef { $0.entered.store(true, ordering: .sequentiallyConsistent) }
   }
 
   @usableFromInline
   func end() {
-    WaitBoard.withdraw(previous, on: thread)
-    thread.returnTrackedWait(record)
+    thread._withUnsafeGuaranteedRef { thread in
+      WaitBoard.withdraw(previous, on: thread)
+      record._withUnsafeGuaranteedRef { thread.returnTrackedWait($0) }
+    }
   }
 }
 
@@ -383,21 +400,33 @@ extension ThreadRecord {
     for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
     proof: WaitProof
   ) -> TrackedWait {
-    let wait: TrackedWait
+    takeTrackedWaitUnmanaged(for: target, operation: operation, site: site, proof: proof)
+      .takeUnretainedValue()
+  }
+
+  /// ``takeTrackedWait(for:operation:site:proof:)``, unretained: the record keeps it alive.
+  func takeTrackedWaitUnmanaged(
+    for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
+    proof: WaitProof
+  ) -> Unmanaged<TrackedWait> {
+    let wait: Unmanaged<TrackedWait>
     if trackedWaitIsInUse {
-      wait = TrackedWait(thread: id)
-      nestedTrackedWaits.append(wait)
+      let fresh = TrackedWait(thread: id)
+      nestedTrackedWaits.append(fresh)
+      wait = .passUnretained(fresh)
     } else {
-      wait = spareTrackedWait
+      wait = .passUnretained(spareTrackedWait)
       trackedWaitIsInUse = true
     }
-    wait.target = target
-    wait.operation = operation
-    wait.site = site
-    wait.proof = proof
-    wait.holdsMainQueue = false
-    wait.servesMainQueue = false
-    wait.entered.store(false, ordering: .relaxed)
+    wait._withUnsafeGuaranteedRef { wait in
+      wait.target = target
+      wait.operation = operation
+      wait.site = site
+      wait.proof = proof
+      wait.holdsMainQueue = false
+      wait.servesMainQueue = false
+      wait.entered.store(false, ordering: .relaxed)
+    }
     return wait
   }
 
