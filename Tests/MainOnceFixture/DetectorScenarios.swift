@@ -196,7 +196,7 @@ enum DetectorScenario: String, CaseIterable {
       let reported = Atomic(false)
       DeadlockDetection.reportHandler = { report in
         if report.kind == .stall, !reported.exchange(true, ordering: .relaxed) {
-          DeadlockDetection.stallTimeout = raises ? .seconds(10) : .milliseconds(100)
+          DeadlockDetection.setStallTimeout(raises ? .seconds(10) : .milliseconds(100))
         }
         printReport(report)
       }

@@ -88,6 +88,12 @@ func drawLater() async throws {  // any task
   database.record("frame drawn")
 }
 
+// MARK: DeadlockDetection
+
+func configureTestSuite() {
+  DeadlockDetection.setStallTimeout(.milliseconds(250))  // a test suite that wants it sooner
+}
+
 // MARK: AsyncMainLazy
 
 enum Sessions {
