@@ -269,7 +269,7 @@ extension MainLazy where Value: Sendable {
   ///
   /// - **Built:** returns at once: one acquiring load and one load, inlined.
   /// - **On the main actor** (or other main-context code): the builder runs right here, as a
-  ///   read of ``value`` runs it.
+  ///   read of `value` runs it.
   /// - **Anywhere else:** the read queues its build, sends one asynchronous hop to the main queue
   ///   if none is on its way, and suspends until the value is built or its own build throws. No
   ///   thread is blocked.
