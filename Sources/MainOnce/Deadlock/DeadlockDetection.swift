@@ -119,10 +119,12 @@ public enum DeadlockDetection {
     stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
   }
 
-  /// Receives every report instead of standard error, for example to route it to a logger.
-  /// `nil`, the default, writes reports to standard error. A report whose
+  /// Receives every report instead of standard error, for example to route it to a logger:
+  /// deadlocks, stalls, and MainOnce's warnings (``DeadlockReport/Kind/warning``). `nil`, the
+  /// default, writes reports to standard error. A report whose
   /// ``DeadlockReport/stopsProcess`` is `true` still stops the process after the handler
-  /// returns.
+  /// returns. Set it before MainOnce's first use: a warning given earlier has gone to standard
+  /// error.
   public static var reportHandler: (@Sendable (DeadlockReport) -> Void)? {
     get { handler.withLock { $0 } }
     set { handler.withLock { $0 = newValue } }

@@ -184,7 +184,8 @@ extension DeadlockReport {
   }
 
   /// Hands the report to the report handler, or writes it to standard error, and stops the
-  /// process if it says so, attributing the stop to `site`.
+  /// process if it says so, attributing the stop to `site`, which also becomes the report's
+  /// ``callSite`` unless it names one.
   ///
   /// Each report goes to the handler on a libdispatch overcommit queue of its own, outside every
   /// lock of MainOnce's: the caller never waits for it, so a handler that needs the main queue
