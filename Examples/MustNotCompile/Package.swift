@@ -7,6 +7,8 @@
 // - TokenChoice: `onceOnMain(token: flag ? a : b)`; a token is `~Copyable`, and a conditional
 //   expression would consume the one it picks.
 // - ExpectIsDone: `#expect(token.isDone)`; Swift Testing's `#expect` copies what it checks.
+// - BlockingReadInAsync: `MainLazy.value` in async code off the main actor, where a read
+//   before the value is built would block a thread of the cooperative pool.
 import PackageDescription
 
 let package = Package(
@@ -16,6 +18,7 @@ let package = Package(
     .target(name: "VarTokens", dependencies: [mainOnce]),
     .target(name: "TokenChoice", dependencies: [mainOnce]),
     .testTarget(name: "ExpectIsDone", dependencies: [mainOnce]),
+    .target(name: "BlockingReadInAsync", dependencies: [mainOnce]),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -34,13 +34,34 @@ internal import _CMainOnceShims
 /// A `Value` that is `Sendable` can be read from any thread. One that is not is read on the
 /// main actor: in the Swift 6 language mode, reading it elsewhere does not compile.
 ///
+/// In `async` code, read a `Sendable` value with ``get()``, which suspends where `value` would
+/// block: `value` is unavailable there (`@available(*, noasync)`), so a blocking read from a
+/// thread of the cooperative pool does not compile. On the main actor `get()` never suspends
+/// and builds in place, as `value` does. A value that is not `Sendable` is read with `value` on
+/// the main actor, in synchronous and `async` code alike: that read never blocks.
+///
+/// ```swift
+/// @MainActor
+/// func saveOnQuit() async {
+///   Services.stack.value.save()  // not Sendable: read on the main actor, never blocks
+///   render(await Stores.render.get())  // Sendable: no suspension on the main actor
+/// }
+///
+/// nonisolated func prefetch() async {
+///   render(await Stores.render.get())  // suspends, never blocks, until it is built
+/// }
+/// ```
+///
+/// > Note: Swift resolves `value` by type, not by the caller's isolation, so the main actor's
+/// > `async` code reads a `Sendable` value with `get()` too: it costs the same load once built.
+///
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
 /// process. It is destroyed on the main actor, where it was built: at once when the `MainLazy`
 /// ends in main context, otherwise in a block sent to the main queue (so a value whose
 /// `MainLazy` ends elsewhere is destroyed only if the main queue is served).
 ///
 /// - Warning: Reading `value` from outside main context blocks until the main queue has built
-///   it, and deadlocks if the main queue is waiting for the reading thread; see
+///   it (``get()`` suspends instead), and deadlocks if the main queue is waiting for the reading thread; see
 ///   ``onceOnMain(token:file:line:_:)``. Reading `value` inside its own builder stops the
 ///   process with a message.
 @_staticExclusiveOnly
@@ -96,20 +117,55 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   }
 
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
+  /// Blocks outside main context.
   func build(site: CallSite) throws(Failure) {
-    let cell = OnceCell(
+    try MainQueueEngine.run(cell, site: site, throwing: Failure.self) { [build] in
+      Self.attempt(build)
+    }
+  }
+
+  /// Waits for the value to be built in main context without blocking: the caller is not in
+  /// main context. Its attempt is queued as an async caller of a token's is, but the wait is not
+  /// cancellable: like `Task.value`, it ends when the value is built or this reader's build
+  /// throws.
+  func awaitBuild(site: CallSite) async throws(Failure) {
+    let cell = cell
+    let build = build
+    let resolution = await withUnsafeContinuation { continuation in
+      // The lazy value stays borrowed until this returns, so its storage outlives the wait.
+      let waiter = Waiter(
+        site: site, label: cell.label, kind: .task(continuation), attempt: { Self.attempt(build) },
+        storage: cell.word)
+      if !MainQueueEngine.enqueue(waiter, for: cell) { continuation.resume(returning: .done) }
+    }
+    switch resolution {
+    case .done: return
+    // The error came from this reader's own attempt, which throws `Failure`.
+    case .failed(let error): throw error as! Failure
+    case .cancelled:
+      Diagnostics.internalInconsistency("an async reader of a MainLazy was resolved as cancelled")
+    }
+  }
+
+  private var cell: OnceCell {
+    OnceCell(
       word: _storage.address,
       label: .lazy(valueType: TypeName(Value.self), declaration: declaration))
-    try MainQueueEngine.run(cell, site: site, throwing: Failure.self) { [build] in
-      MainQueueEngine.erase { () throws(Failure) -> UInt in
-        try MainActor.runIsolated { () throws(Failure) -> UInt in
-          let value = try build()
-          // Aligned to at least 2, so that the address is even: a done word (see OnceCell.swift).
-          let built = UnsafeMutableRawPointer.allocate(
-            byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
-          built.initializeMemory(as: Value.self, to: value)
-          return UInt(bitPattern: built)
-        }
+  }
+
+  /// One attempt at building the value, in main context: runs the builder and returns the
+  /// address of what it built, which the engine publishes.
+  private static func attempt(
+    _ build: @MainActor @Sendable () throws(Failure) -> Value
+  ) -> Result<UInt, any Error> {
+    MainQueueEngine.erase { () throws(Failure) -> UInt in
+      try MainActor.runIsolated { () throws(Failure) -> UInt in
+        let value = try build()
+        // Aligned to at least 2, so that the address is even: a done word (see OnceCell.swift).
+        let built = UnsafeMutableRawPointer.allocate(
+          byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
+        built.initializeMemory(as: Value.self, to: value)
+        return UInt(bitPattern: built)
       }
     }
   }
@@ -138,13 +194,22 @@ func _mainLazyBuildSlowPath<Value>(
 }
 
 extension MainLazy where Value: Sendable {
-  /// The value, built in main context on first use. Safe to read from any thread.
+  /// The value, built in main context on first use. Safe to read from any thread, in
+  /// synchronous code.
   ///
   /// Once built, this is one acquiring load and one load, inlined into the caller. The
   /// builder's writes happen before every return.
   ///
   /// - Throws: The error the builder threw, if this reader's build threw; the next read
   ///   builds again.
+  /// - Warning: Outside main context, a read before the value is built blocks the thread until
+  ///   the main queue has built it, and deadlocks if the main queue waits for that thread. So it
+  ///   is unavailable in `async` code, where it would block a thread of the cooperative pool:
+  ///   read with ``get()`` there, which suspends instead.
+  @available(
+    *, noasync,
+    message: "blocks the thread until the main queue has built the value; use 'try await get()'"
+  )
   @inlinable
   public var value: Value {
     get throws(Failure) { try _builtValue() }
@@ -169,14 +234,78 @@ extension MainLazy where Failure == Never {
 }
 
 extension MainLazy where Value: Sendable, Failure == Never {
-  /// The value, built in main context on first use. Safe to read from any thread.
+  /// The value, built in main context on first use. Safe to read from any thread, in
+  /// synchronous code.
   ///
   /// Once built, this is one acquiring load and one load, inlined into the caller. The
   /// builder's writes happen before every return.
+  ///
+  /// - Warning: Outside main context, a read before the value is built blocks the thread until
+  ///   the main queue has built it, and deadlocks if the main queue waits for that thread. So it
+  ///   is unavailable in `async` code, where it would block a thread of the cooperative pool:
+  ///   read with ``get()`` there, which suspends instead.
+  @available(
+    *, noasync,
+    message: "blocks the thread until the main queue has built the value; use 'await get()'"
+  )
   @inlinable
   public var value: Value {
     _builtValueNeverThrowing()
   }
+}
+
+extension MainLazy where Value: Sendable {
+  /// The value, built in main context on first use, for `async` code: waits without blocking.
+  ///
+  /// ```swift
+  /// func drawLater() async throws {  // any task
+  ///   let database = try await Stores.database.get()
+  ///   database.record("frame drawn")
+  /// }
+  /// ```
+  ///
+  /// It runs on the caller's actor (`nonisolated(nonsending)`), so on the main actor it never
+  /// suspends:
+  ///
+  /// - **Built:** returns at once: one acquiring load and one load, inlined.
+  /// - **On the main actor** (or other main-context code): the builder runs right here, as a
+  ///   read of `value` runs it.
+  /// - **Anywhere else:** the read queues its build, sends one asynchronous hop to the main queue
+  ///   if none is on its way, and suspends until the value is built or its own build throws. No
+  ///   thread is blocked.
+  ///
+  /// The builder's writes happen before every return. The wait is not cancellable, as
+  /// `Task.value` is not: a cancelled task waits for the build, which depends only on the main
+  /// queue being served.
+  ///
+  /// This read cannot deadlock on the main queue: it never blocks a thread. It does not end
+  /// while the main queue is not served, and a builder that awaits its own value never ends.
+  ///
+  /// - Throws: The error the builder threw, if this reader's build threw; the next read
+  ///   builds again.
+  @inlinable
+  public nonisolated(nonsending) func get() async throws(Failure) -> Value {
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+    }
+    return try await _mainLazyAwaitSlowPath(self)
+  }
+}
+
+/// The slow path of ``MainLazy/get()``: builds in place in main context, otherwise waits for
+/// the main queue to build without blocking.
+@usableFromInline
+@inline(never)
+nonisolated(nonsending) func _mainLazyAwaitSlowPath<Value: Sendable, Failure: Error>(
+  _ lazy: borrowing MainLazy<Value, Failure>
+) async throws(Failure) -> Value {
+  if MainContext.isCurrent {
+    try lazy.build(site: lazy.declaration)
+  } else {
+    try await lazy.awaitBuild(site: lazy.declaration)
+  }
+  return UnsafePointer<Value>(bitPattern: lazy._storage.value).unsafelyUnwrapped.pointee
 }
 
 extension MainLazy {

@@ -94,9 +94,10 @@ public enum MainQueueDriver {
     guard handle >= 0 else { return -1 }
     let duplicate = fcntl(handle, F_DUPFD_CLOEXEC, 0)
     if duplicate < 0 {
-      Platform.writeToStandardError(
+      DeadlockReport.warning(
         "MainOnce: cannot duplicate libdispatch's main-queue descriptor (errno \(errno));"
-          + " MainQueueDriver cannot serve the main queue\n")
+          + " MainQueueDriver cannot serve the main queue"
+      ).deliver(at: nil)
     }
     return duplicate
   }()

@@ -352,7 +352,7 @@ enum DeadlockScenario: String, CaseIterable {
         callAndFinish()
       }.start()
     case .loweredStallTimeout:
-      DeadlockDetection.stallTimeout = .seconds(3_600)
+      DeadlockDetection.setStallTimeout(.seconds(3_600))
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
@@ -361,7 +361,7 @@ enum DeadlockScenario: String, CaseIterable {
           // The watchdog, started by the caller, sleeps for an hour by now; if it has not got
           // that far, its first round reads the lowered timeout, and the test proves less.
           usleep(300_000)
-          DeadlockDetection.stallTimeout = .milliseconds(100)
+          DeadlockDetection.setStallTimeout(.milliseconds(100))
         }.start()
         _ = never.wait(timeout: .now() + TimeScale.seconds(3))
       }
@@ -407,12 +407,12 @@ private func runOnceSlowly(for object: AnyObject, running: DispatchSemaphore) {
 /// hour until then, and the default, a second, from then on (a new timeout applies at once).
 private func lookOnceParked(_ count: Int) {
   let defaultTimeout = DeadlockDetection.stallTimeout
-  DeadlockDetection.stallTimeout = .seconds(3_600)
+  DeadlockDetection.setStallTimeout(.seconds(3_600))
   Thread {
     guard waitUntilParked(count) else {
       verdict(false, "only \(Instrumentation.parkedThreads) of \(count) callers parked")
     }
-    DeadlockDetection.stallTimeout = defaultTimeout
+    DeadlockDetection.setStallTimeout(defaultTimeout)
   }.start()
 }
 

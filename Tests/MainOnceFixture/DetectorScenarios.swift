@@ -80,6 +80,10 @@ enum DetectorScenario: String, CaseIterable {
   /// As `idleAfterFirstCall`, with a bare `DispatchQueue.main.async` and a semaphore instead of
   /// `onceOnMain`: the same program without MainOnce.
   case idleWithoutMainOnce
+  /// A report handler is set before MainOnce reads its settings, which the test makes one it
+  /// does not understand: the warning must reach the handler, as a `warning` report, and not
+  /// standard error. Prints `HANDLER …` on standard output, only there.
+  case warningThroughHandler
 
   enum Tokens {
     static let token = MainOnceToken("detector scenario")
@@ -196,7 +200,7 @@ enum DetectorScenario: String, CaseIterable {
       let reported = Atomic(false)
       DeadlockDetection.reportHandler = { report in
         if report.kind == .stall, !reported.exchange(true, ordering: .relaxed) {
-          DeadlockDetection.stallTimeout = raises ? .seconds(10) : .milliseconds(100)
+          DeadlockDetection.setStallTimeout(raises ? .seconds(10) : .milliseconds(100))
         }
         printReport(report)
       }
@@ -294,6 +298,18 @@ enum DetectorScenario: String, CaseIterable {
           ranInsideTheWait.load(ordering: .relaxed),
           "the wait ended; insideTheWait=\(ranInsideTheWait.load(ordering: .relaxed))")
       }
+    case .warningThroughHandler:
+      let delivered = DispatchSemaphore(value: 0)
+      DeadlockDetection.reportHandler = { report in
+        let line = "HANDLER \(report.kind) stops=\(report.stopsProcess) \(report.text)\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+        delivered.signal()
+      }
+      // The first read of the settings, which warns about MAINONCE_STALL_TIMEOUT.
+      _ = DeadlockDetection.stallTimeout
+      verdict(
+        delivered.wait(timeout: .now() + TimeScale.seconds(10)) == .success,
+        "the handler received a report")
     case .stuckReportHandler:
       DeadlockDetection.setStallTimeout(.milliseconds(100))
       let stuck = DispatchSemaphore(value: 0)
@@ -364,6 +380,12 @@ private final class Site: Sendable {}
   let firstLine = report.text.prefix(while: { $0 != "\n" })
   FileHandle.standardOutput.write(
     Data("HANDLER \(report.kind) stops=\(report.stopsProcess) \(firstLine)\n".utf8))
+  let site = report.callSite.map { "\($0)" } ?? "none"
+  let threads = report.threads.map { "\($0)" }.joined(separator: ",")
+  FileHandle.standardOutput.write(
+    Data(
+      "FIELDS \(report.kind) site=\(site) threads=\(threads) label=\(report.label ?? "none")\n"
+        .utf8))
   FileHandle.standardError.write(Data((report.text + "\n").utf8))
 }
 

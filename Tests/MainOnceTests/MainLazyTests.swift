@@ -77,8 +77,37 @@ struct MainLazyTests {
     }
     #expect(errors.sorted() == [1, 2, 3])
     #expect(failingThriceAttempts.load(ordering: .relaxed) == 4)
-    let value = try Values.failingThrice.value
+    let value = try await Values.failingThrice.get()
     #expect(value == 4)
+  }
+
+  @Test("get() suspends, never blocks: 64 tasks all start waiting while the value is built")
+  func asyncReadersSuspend() async {
+    await withTaskGroup { group in
+      for _ in 0..<AsyncReads.readers {
+        group.addTask {
+          AsyncReads.started.add(1, ordering: .relaxed)
+          return await AsyncReads.lazy.get()
+        }
+      }
+      var serials: Set<Int> = []
+      for await stack in group { serials.insert(stack.serial) }
+      #expect(serials.count == 1)
+    }
+    // Blocking reads would have jammed the cooperative pool, a thread or so a core, before
+    // every task could start: the builder would have given up waiting for them.
+    let allStarted = AsyncReads.allStartedBeforeBuild.load(ordering: .relaxed)
+    #expect(allStarted)
+    #expect(await AsyncReads.lazy.get().builtInMainContext)
+  }
+
+  @Test("get() hands a builder's error to its own reader, and the next get() builds again")
+  func asyncReaderGetsItsError() async throws {
+    await #expect(throws: LazyBuildFailed(attempt: 1)) {
+      try await AsyncReads.failingOnce.get()
+    }
+    let value = try await AsyncReads.failingOnce.get()
+    #expect(value == 2)
   }
 
   @Test("a value that is not Sendable is built and read on the main actor")
@@ -96,13 +125,38 @@ enum SelfReadingLazy {
   static let value: MainLazy<Int, Never> = MainLazy { SelfReadingLazy.value.value + 1 }
 }
 
+/// A synchronous read, as a thread outside the cooperative pool makes it.
+private func readSelfReadingLazy() {
+  _ = SelfReadingLazy.value.value
+}
+
+/// Lazy values read with `get()`.
+private enum AsyncReads {
+  static let readers = 64
+  static let started = Atomic(0)
+  static let allStartedBeforeBuild = Atomic(false)
+  static let failingOnceAttempts = Atomic(0)
+
+  static let lazy = MainLazy {
+    let all = waitUntil(timeout: .seconds(10)) { started.load(ordering: .relaxed) >= readers }
+    allStartedBeforeBuild.store(all, ordering: .relaxed)
+    return Stack(serial: -1)
+  }
+
+  static let failingOnce = MainLazy { () throws(LazyBuildFailed) -> Int in
+    let attempt = failingOnceAttempts.add(1, ordering: .relaxed).newValue
+    if attempt == 1 { throw LazyBuildFailed(attempt: attempt) }
+    return attempt
+  }
+}
+
 @Suite("MainLazy misuse")
 struct MainLazyMisuseTests {
   @Test("a builder that reads its own value stops with a message")
   func builderReadsItself() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
-      _ = SelfReadingLazy.value.value
+      readSelfReadingLazy()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(

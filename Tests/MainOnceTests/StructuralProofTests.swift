@@ -202,6 +202,33 @@ struct StructuralProofTests {
     #expect(
       stoppingReport(in: outcome.standardError, from: Self.fixtureFile)?.first
         == "MainOnce: deadlock detected", "\(outcome.standardError)")
+    // The same facts as fields: the stall names the token and its waiting thread; the cycle
+    // names the wait that found it and both of its threads.
+    let stall = try #require(
+      outcome.standardOutput.firstMatch(
+        of:
+          #/FIELDS stall site=MainOnceFixture/DetectorScenarios\.swift:\d+ threads=(\d+)(,\d+)* label=(.*)\n/#
+      ),
+      "\(outcome.standardOutput)")
+    #expect(stall.3.contains("detector scenario"), "\(stall.3)")
+    let cycle = try #require(
+      outcome.standardOutput.firstMatch(
+        of:
+          #/FIELDS cycle site=MainOnceFixture/DetectorScenarios\.swift:\d+ threads=(\d+),(\d+) label=none\n/#
+      ),
+      "\(outcome.standardOutput)")
+    #expect(cycle.1 != cycle.2)
+  }
+
+  @Test("a settings warning goes to the report handler once one is set, not to standard error")
+  func warningThroughHandler() async throws {
+    let outcome = try await run("warningThroughHandler", ["MAINONCE_STALL_TIMEOUT": "bogus"])
+    #expect(outcome.status == 0, "\(outcome.standardOutput)\n\(outcome.standardError)")
+    #expect(
+      outcome.standardOutput.contains(
+        "HANDLER warning stops=false MainOnce: ignoring MAINONCE_STALL_TIMEOUT=bogus"),
+      "\(outcome.standardOutput)")
+    #expect(!outcome.standardError.contains("ignoring"), "\(outcome.standardError)")
   }
 
   /// Threads that sleep do not switch; each context switch of an idle thread is a wakeup, which

@@ -191,6 +191,15 @@ struct TrackedWaitTests {
       text.contains("MainOnce: perform(_:) runs work for a target made by WaitTarget.work(_:)"))
   }
 
+  @Test("setStallTimeout(_:) sets the timeout that stallTimeout reads")
+  func setStallTimeoutTakesEffect() {
+    // Longer than the test process's own timeout, so that no test beside this one is reported.
+    let longer = TestProcessSettings.stallTimeout * 2
+    DeadlockDetection.setStallTimeout(longer)
+    defer { DeadlockDetection.setStallTimeout(TestProcessSettings.stallTimeout) }
+    #expect(DeadlockDetection.stallTimeout == longer)
+  }
+
   @Test(
     "a stall timeout under a millisecond is rejected, naming the call site",
     arguments: [Duration.zero, .microseconds(999), .seconds(-1)])

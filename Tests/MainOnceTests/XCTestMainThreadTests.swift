@@ -40,10 +40,10 @@ extension XCTestMainThreadTests {
   func testStallReportInATestNamesTheTestFrameworksWaits() {
     let reports = Recorder<String>()
     DeadlockDetection.reportHandler = { reports.record($0.text) }
-    DeadlockDetection.stallTimeout = .milliseconds(100)
+    DeadlockDetection.setStallTimeout(.milliseconds(100))
     defer {
       DeadlockDetection.reportHandler = nil
-      DeadlockDetection.stallTimeout = .seconds(1)
+      DeadlockDetection.setStallTimeout(.seconds(1))
     }
     let done = expectation(description: "the worker's call returned")
     DispatchQueue.global().async {

@@ -71,6 +71,29 @@ func draw() throws {  // any thread
   database.record("frame drawn")
 }
 
+// Reading a MainLazy in async code.
+
+@MainActor
+func saveOnQuit() async {
+  Services.stack.value.save()  // not Sendable: read on the main actor, never blocks
+  render(await Stores.render.get())  // Sendable: no suspension on the main actor
+}
+
+nonisolated func prefetch() async {
+  render(await Stores.render.get())  // suspends, never blocks, until it is built
+}
+
+func drawLater() async throws {  // any task
+  let database = try await Stores.database.get()
+  database.record("frame drawn")
+}
+
+// MARK: DeadlockDetection
+
+func configureTestSuite() {
+  DeadlockDetection.setStallTimeout(.milliseconds(250))  // a test suite that wants it sooner
+}
+
 // MARK: AsyncMainLazy
 
 enum Sessions {

@@ -78,20 +78,24 @@ public enum DeadlockDetection {
   }
 
   /// How long callers may wait for an initializer before their stall is reported, and then how
-  /// often it is looked at again. Defaults to one second.
+  /// often it is looked at again. Defaults to one second, or `MAINONCE_STALL_TIMEOUT`.
   ///
-  /// It must be from 1 ms to one day: a shorter timeout would report every hop. Setting a value
-  /// outside that range stops the process with a `MainOnce:` message; use
-  /// ``setStallTimeout(_:file:line:)`` to have the message name your line. A new value applies
-  /// to waits in progress within 25 ms (for a wait younger than the grace, once it is 50 ms
-  /// old), and every report quotes the timeout it used.
+  /// Change it with ``setStallTimeout(_:file:line:)``. A relaxed load: a new value applies to
+  /// waits in progress within 25 ms, and every report quotes the timeout it used.
   public static var stallTimeout: Duration {
-    get { .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed))) }
-    set { store(newValue, setAt: nil) }
+    .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed)))
   }
 
-  /// Sets ``stallTimeout``, stopping the process with a message that names the caller's line if
-  /// `timeout` is not from 1 ms to one day.
+  /// Sets ``stallTimeout``, for the whole process.
+  ///
+  /// ```swift
+  /// DeadlockDetection.setStallTimeout(.milliseconds(250))  // a test suite that wants it sooner
+  /// ```
+  ///
+  /// The timeout must be from 1 ms to one day: a shorter one would report every hop. Any other
+  /// value stops the process with a `MainOnce:` message that names the caller's line. A new value
+  /// applies to waits in progress within 25 ms (for a wait younger than the grace, once it is
+  /// 50 ms old).
   ///
   /// - Parameters:
   ///   - timeout: How long callers may wait before their stall is reported.
@@ -105,7 +109,7 @@ public enum DeadlockDetection {
 
   /// Stores `timeout`, which every watched wait reads at its next look; stops the process
   /// with a message attributed to `site` if it is not from 1 ms to one day.
-  private static func store(_ timeout: Duration, setAt site: CallSite?) {
+  private static func store(_ timeout: Duration, setAt site: CallSite) {
     guard validStallTimeouts.contains(timeout) else {
       Diagnostics.fail(
         "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
@@ -115,10 +119,12 @@ public enum DeadlockDetection {
     stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
   }
 
-  /// Receives every report instead of standard error, for example to route it to a logger.
-  /// `nil`, the default, writes reports to standard error. A report whose
+  /// Receives every report instead of standard error, for example to route it to a logger:
+  /// deadlocks, stalls, and MainOnce's warnings (``DeadlockReport/Kind/warning``). `nil`, the
+  /// default, writes reports to standard error. A report whose
   /// ``DeadlockReport/stopsProcess`` is `true` still stops the process after the handler
-  /// returns.
+  /// returns. Set it before MainOnce's first use: a warning given earlier has gone to standard
+  /// error.
   public static var reportHandler: (@Sendable (DeadlockReport) -> Void)? {
     get { handler.withLock { $0 } }
     set { handler.withLock { $0 = newValue } }

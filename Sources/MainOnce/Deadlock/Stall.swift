@@ -80,12 +80,19 @@ struct Look {
       ]
       lines += callers.map { "  \(Self.describe($0))" }
     }
+    // The blocked callers, then the thread in the way.
+    var threads: [ThreadID] = []
+    for thread in callers.flatMap(\.threads) + [finding.holder].compactMap({ $0 })
+    where !threads.contains(thread) {
+      threads.append(thread)
+    }
     let (finding, hint) = explain(finding, isStuck: isStuck)
     lines += (finding + notes + [note].compactMap { $0 }).map { "  " + $0 }
     lines.append("  the stall timeout is \(formatDuration(timeout))")
     lines.append("hint: " + hint)
     return DeadlockReport(
-      kind: .stall, stopsProcess: stops && isStuck, text: lines.joined(separator: "\n"))
+      kind: .stall, text: lines.joined(separator: "\n"), stopsProcess: stops && isStuck,
+      threads: threads.map(\.rawValue), label: "\(label)")
   }
 
   private static func describe(_ callers: Callers) -> String {

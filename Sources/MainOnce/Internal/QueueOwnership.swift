@@ -46,7 +46,7 @@ enum QueueOwnership {
     let verdict = Verdict.decide(
       setting: Settings.introspection, selfTest: { mainonce_queue_layout_self_test() },
       wrapperHoldsQueue: wrapperHoldsQueue)
-    if let warning = verdict.warning { Platform.writeToStandardError(warning + "\n") }
+    if let warning = verdict.warning { DeadlockReport.warning(warning).deliver(at: nil) }
     return verdict
   }()
 

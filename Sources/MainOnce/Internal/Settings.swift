@@ -40,8 +40,9 @@ enum Settings {
   ) -> Value? {
     guard let value = Platform.environment(name) else { return nil }
     guard let parsed = parse(value) else {
-      Platform.writeToStandardError(
-        "MainOnce: ignoring \(name)=\(value): use \(expected); keeping the default\n")
+      DeadlockReport.warning(
+        "MainOnce: ignoring \(name)=\(value): use \(expected); keeping the default"
+      ).deliver(at: nil)
       return nil
     }
     return parsed

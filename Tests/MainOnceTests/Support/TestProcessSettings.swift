@@ -26,7 +26,7 @@ struct TestProcessSettings: SuiteTrait, TestScoping {
   func provideScope(
     for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
   ) async throws {
-    DeadlockDetection.stallTimeout = Self.stallTimeout
+    DeadlockDetection.setStallTimeout(Self.stallTimeout)
     try await function()
   }
 }
