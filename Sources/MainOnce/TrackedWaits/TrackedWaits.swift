@@ -65,7 +65,7 @@ extension DispatchSemaphore {
   ///   - line: The caller's line, for reports; leave the default.
   @inlinable
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
-    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return }
+    if _fastPath(_isOver(wait(timeout: _pastDeadline))) { return }
     _ = _trackedWait(
       for: target, deadline: nil, operation: "DispatchSemaphore.wait(for:)", file: file,
       line: line)
@@ -86,7 +86,7 @@ extension DispatchSemaphore {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return .success }
+    if _fastPath(_isOver(wait(timeout: _pastDeadline))) { return .success }
     return _trackedWait(
       for: target, deadline: timeout, operation: "DispatchSemaphore.wait(for:timeout:)",
       file: file, line: line)
@@ -103,7 +103,7 @@ extension DispatchGroup {
   ///   - line: The caller's line, for reports; leave the default.
   @inlinable
   public func wait(for target: WaitTarget, file: StaticString = #fileID, line: UInt = #line) {
-    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return }
+    if _fastPath(_isOver(wait(timeout: _pastDeadline))) { return }
     _ = _trackedWait(
       for: target, deadline: nil, operation: "DispatchGroup.wait(for:)", file: file, line: line)
   }
@@ -123,12 +123,21 @@ extension DispatchGroup {
     for target: WaitTarget, timeout: DispatchTime, file: StaticString = #fileID,
     line: UInt = #line
   ) -> DispatchTimeoutResult {
-    if _fastPath(_isOver(wait(timeout: DispatchTime(uptimeNanoseconds: 1)))) { return .success }
+    if _fastPath(_isOver(wait(timeout: _pastDeadline))) { return .success }
     return _trackedWait(
       for: target, deadline: timeout, operation: "DispatchGroup.wait(for:timeout:)", file: file,
       line: line)
   }
 }
+
+/// A deadline long past: the 1st nanosecond of uptime. Built from its bits, as a constant, rather
+/// than by `DispatchTime(uptimeNanoseconds:)`, which is a call into the overlay (that returns its
+/// argument). This is safe because `DispatchTime`'s one stored property is its public
+/// `rawValue: UInt64`, whose value here is what that initializer returns for 1, and
+/// `unsafeBitCast` checks the sizes agree.
+@inlinable
+@inline(__always)
+var _pastDeadline: DispatchTime { unsafeBitCast(UInt64(1), to: DispatchTime.self) }
 
 /// Whether a wait with a past deadline found the wait over: a pattern match, which, unlike `==`
 /// on `DispatchTimeoutResult`, calls nothing in the Dispatch overlay.
@@ -245,18 +254,16 @@ extension DispatchQueue {
     file: StaticString = #fileID, line: UInt = #line,
     execute work: () throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    try withUnsafePointer(to: WaitTarget._queue(self)) { (target) throws(Failure) -> Result in
-      let wait = _TrackedScope(syncOn: self, target: target, file: file, line: line)
-      defer { wait.end() }
-      // The result is kept here, in the caller's specialization: the non-generic `sync`
-      // neither allocates a box for it nor builds generic metadata at run time.
-      var outcome: Swift.Result<Result, Failure>?
-      sync {
-        wait.enter()
-        outcome = Swift.Result { () throws(Failure) -> Result in try work() }
-      }
-      return try outcome.unsafelyUnwrapped.get()
+    let wait = _TrackedScope(syncOn: self, file: file, line: line)
+    defer { wait.end() }
+    // The result is kept here, in the caller's specialization: the non-generic `sync` neither
+    // allocates a box for it nor builds generic metadata at run time.
+    var outcome: Swift.Result<Result, Failure>?
+    sync {
+      wait.enter()
+      outcome = Swift.Result { () throws(Failure) -> Result in try work() }
     }
+    return try outcome.unsafelyUnwrapped.get()
   }
 }
 
@@ -282,13 +289,13 @@ struct _TrackedScope {
   }
 
   private init(
-    _ target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
-    proof: WaitProof
+    _ target: UnsafePointer<WaitTarget>?, operation: StaticString, site: CallSite,
+    proof: WaitProof, queue: DispatchQueue? = nil
   ) {
     let thread = ThreadRecord.currentUnmanaged
     let record = thread._withUnsafeGuaranteedRef { thread in
       let record = thread.takeTrackedWaitUnmanaged(
-        for: target, operation: operation, site: site, proof: proof)
+        for: target, queue: queue, operation: operation, site: site, proof: proof)
       // Without introspection, the main queue's holder is known only from the waits that say
       // so.
       if !QueueOwnership.isAvailable {
@@ -304,16 +311,13 @@ struct _TrackedScope {
     }
   }
 
-  /// Publishes the wait of a `sync` on `queue`, which `target` names, for as long as `target`
-  /// points to it: until ``end()``. Checks that the sync can start at all, and looks for a
-  /// deadlock it may close.
+  /// Publishes the wait of a `sync` on `queue`, which the caller keeps alive, until ``end()``.
+  /// Checks that the sync can start at all, and looks for a deadlock it may close.
   @usableFromInline
-  init(
-    syncOn queue: DispatchQueue, target: UnsafePointer<WaitTarget>, file: StaticString,
-    line: UInt
-  ) {
+  init(syncOn queue: DispatchQueue, file: StaticString, line: UInt) {
     let site = CallSite(file: file, line: line)
-    self.init(target, operation: "DispatchQueue.trackedSync", site: site, proof: .structural)
+    self.init(
+      nil, operation: "DispatchQueue.trackedSync", site: site, proof: .structural, queue: queue)
     let owner = QueueOwnership.stopIfSyncWouldWaitForItself(
       on: queue, at: site, thread: thread._withUnsafeGuaranteedRef { $0.id })
     // A queue held by a thread that waits itself: this wait may close a deadlock that no
@@ -326,10 +330,12 @@ struct _TrackedScope {
     }
   }
 
-  /// The work has started: the wait for the queue is over.
+  /// The work has started: the wait for the queue is over. A releasing store, no fence: a
+  /// reader that still sees the wait open also reads the queue's owner, which is this thread
+  /// from the moment the work started, so it finds no other thread in the wait's way.
   @usableFromInline
   func enter() {
-    record._withUnsafeGuaranteedRef { $0.entered.store(true, ordering: .sequentiallyConsistent) }
+    record._withUnsafeGuaranteedRef { $0.entered.store(true, ordering: .releasing) }
   }
 
   @usableFromInline
@@ -352,6 +358,8 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   /// Whom the wait is for: a pointer into the waiting frame, valid while the wait is published
   /// (the only time the detector reads it).
   @exclusivity(unchecked) var target: UnsafePointer<WaitTarget>?
+  /// For `trackedSync`, the queue instead of a target: kept alive by the waiting call.
+  @exclusivity(unchecked) var syncQueue: Unmanaged<DispatchQueue>?
   @exclusivity(unchecked) var operation: StaticString = ""
   @exclusivity(unchecked) var site = CallSite(file: "", line: 0)
   @exclusivity(unchecked) var proof = WaitProof.opaque
@@ -379,7 +387,13 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   }
 
   var isOver: Bool { entered.load(ordering: .sequentiallyConsistent) }
-  func blockers() -> Blockers { isOver ? .none : target!.pointee.blockers }
+  func blockers() -> Blockers { isOver ? .none : waitTarget.blockers }
+
+  /// Whom the wait is for. Only while the wait is published.
+  private var waitTarget: WaitTarget {
+    if let syncQueue { return WaitTarget(kind: .queue(syncQueue.takeUnretainedValue())) }
+    return target!.pointee
+  }
   var epoch: UInt { 0 }
   var slices: (started: UInt, lastTimedOut: UInt) {
     (
@@ -388,7 +402,7 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
     )
   }
   var call: String { "\(operation) at \(site)" }
-  var waitsFor: String { "\(target!.pointee)" }
+  var waitsFor: String { "\(waitTarget)" }
   var stallSubject: (any StallSubject)? { nil }
 }
 
@@ -400,14 +414,15 @@ extension ThreadRecord {
     for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
     proof: WaitProof
   ) -> TrackedWait {
-    takeTrackedWaitUnmanaged(for: target, operation: operation, site: site, proof: proof)
-      .takeUnretainedValue()
+    takeTrackedWaitUnmanaged(
+      for: target, queue: nil, operation: operation, site: site, proof: proof
+    ).takeUnretainedValue()
   }
 
   /// ``takeTrackedWait(for:operation:site:proof:)``, unretained: the record keeps it alive.
   func takeTrackedWaitUnmanaged(
-    for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
-    proof: WaitProof
+    for target: UnsafePointer<WaitTarget>?, queue: DispatchQueue?, operation: StaticString,
+    site: CallSite, proof: WaitProof
   ) -> Unmanaged<TrackedWait> {
     let wait: Unmanaged<TrackedWait>
     if trackedWaitIsInUse {
@@ -420,6 +435,7 @@ extension ThreadRecord {
     }
     wait._withUnsafeGuaranteedRef { wait in
       wait.target = target
+      wait.syncQueue = queue.map { .passUnretained($0) }
       wait.operation = operation
       wait.site = site
       wait.proof = proof

@@ -79,10 +79,6 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
 
   private static let nextWorkID = Atomic<UInt64>(0)
 
-  /// `queue`, for `trackedSync`: a serial queue, or the main queue, which its caller checks.
-  @usableFromInline
-  static func _queue(_ queue: DispatchQueue) -> WaitTarget { WaitTarget(kind: .queue(queue)) }
-
   /// Runs `body` as this unit of work: while it runs, a wait for this target depends on the
   /// calling thread. Only targets made by ``work(_:)`` can be performed.
   ///
