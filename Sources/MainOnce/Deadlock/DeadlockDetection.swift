@@ -7,8 +7,9 @@ internal import Synchronization
 /// `runOnce(for:)`, and the tracked waits (`DispatchSemaphore.wait(for:)`,
 /// `DispatchGroup.wait(for:)`, `DispatchQueue.trackedSync`, ``withTrackedWait(for:file:line:_:)``).
 /// Publishing is a store; a wait that ends within its grace (50 ms) runs none of the detector's
-/// code, and MainOnce keeps no thread of its own. A wait that outlives its grace looks, every
-/// 25 ms on its own thread, at the wait-for graph:
+/// code, and MainOnce keeps no thread of its own. A wait that outlives its grace looks, on its
+/// own thread, at the wait-for graph: at once, then every 25 ms while a deadlock is suspected,
+/// and otherwise at doubling intervals up to 400 ms:
 ///
 /// - **A deadlock is stopped only on a structural proof**: every wait on it is one MainOnce
 ///   performs without a deadline, each blocker is known for certain (a once-cell's runner, the
@@ -37,7 +38,7 @@ internal import Synchronization
 ///
 /// A value MainOnce does not understand is ignored with a warning that starts with `MainOnce:`.
 /// Settings made in code replace those from the environment, and apply to waits in progress
-/// within 25 ms. Nothing here is on the fast path of a done token.
+/// within 100 ms. Nothing here is on the fast path of a done token.
 public enum DeadlockDetection {
   /// What to do with a finding.
   public enum Response: String, Sendable, CaseIterable {
@@ -81,7 +82,7 @@ public enum DeadlockDetection {
   /// often it is looked at again. Defaults to one second, or `MAINONCE_STALL_TIMEOUT`.
   ///
   /// Change it with ``setStallTimeout(_:file:line:)``. A relaxed load: a new value applies to
-  /// waits in progress within 25 ms, and every report quotes the timeout it used.
+  /// waits in progress within 100 ms, and every report quotes the timeout it used.
   public static var stallTimeout: Duration {
     .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed)))
   }
@@ -94,8 +95,8 @@ public enum DeadlockDetection {
   ///
   /// The timeout must be from 1 ms to one day: a shorter one would report every hop. Any other
   /// value stops the process with a `MainOnce:` message that names the caller's line. A new value
-  /// applies to waits in progress within 25 ms (for a wait younger than the grace, once it is
-  /// 50 ms old).
+  /// applies to waits in progress within 100 ms (25 ms for a blocked caller; for a wait younger
+  /// than the grace, once it is 50 ms old).
   ///
   /// - Parameters:
   ///   - timeout: How long callers may wait before their stall is reported.
