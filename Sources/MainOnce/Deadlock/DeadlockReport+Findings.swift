@@ -1,0 +1,67 @@
+// The detector's findings as reports: a deadlock, and a reported stall that ended. Stall reports
+// are made in Stall.swift.
+extension DeadlockReport {
+  /// The report of a deadlock, one line per wait. `proven`: every wait on it showed that it is
+  /// blocked, and the report stops the process unless `response` is `report` (under `service`,
+  /// it says why serving cannot break it). Otherwise it runs through a wait MainOnce cannot see
+  /// into, which may still end: a report, and waiting goes on.
+  static func cycle(
+    _ edges: [WaitGraph.Edge], proven: Bool, response: DeadlockDetection.Response
+  ) -> DeadlockReport {
+    var headline = "MainOnce: deadlock detected"
+    if !proven {
+      let unseen = edges.map(\.node).filter { $0.proof == .opaque || $0.proof == .timed }
+      headline =
+        "MainOnce: possible deadlock, not stopped: MainOnce cannot see into "
+        + unseen.map(\.call).joined(separator: ", ") + ", which may still return"
+    }
+    var lines = [headline]
+    for edge in edges {
+      let wait = edge.node
+      let holder = wait.holdsMainQueue ? " (holds the main queue)" : ""
+      let blockers = edge.blockers.map { "\($0.rawValue)" }.joined(separator: ", ")
+      lines.append(
+        "  \(wait.thread)\(holder) waits for \(wait.waitsFor) in \(wait.call);"
+          + " blocked by thread\(edge.blockers.count == 1 ? "" : "s") \(blockers)\(wait.reason)")
+    }
+    if proven && response == .service {
+      let why =
+        edges.contains { $0.node.waitsForMainQueueInitializer }
+        ? "the main-queue wait on it cannot be interrupted to run the initializer: once blocked,"
+          + " only DispatchSemaphore.wait(for:) and DispatchGroup.wait(for:) serve initializers"
+        : "no MainOnce initializer on it waits to run on the main queue"
+      lines.append("  the service policy cannot break this cycle: \(why)")
+    }
+    let involvesMainQueue = edges.contains {
+      $0.node.holdsMainQueue || $0.node.reason == ", which holds the main queue"
+    }
+    lines.append(
+      involvesMainQueue
+        ? "hint: code that holds the main queue must not block on work that needs the main"
+          + " queue. Use `await onceOnMain(token:)` or the completion form, which never block a"
+          + " thread, or run the initializer before the main queue starts waiting."
+        : "hint: each of these waits can end only after the next one has: none ever will. Don't"
+          + " wait, inside once-only work, for work that waits for it.")
+    var threads: [ThreadID] = []
+    for thread in edges.flatMap({ [$0.node.thread] + $0.blockers }) where !threads.contains(thread)
+    {
+      threads.append(thread)
+    }
+    return DeadlockReport(
+      kind: .cycle, text: lines.joined(separator: "\n"),
+      stopsProcess: proven && response != .report, threads: threads.map(\.rawValue))
+  }
+
+  /// The word that a subject reported as stalled no longer keeps anyone waiting.
+  static func stallEnded(of label: CellLabel, finished: Bool, waitingSince: UInt64)
+    -> DeadlockReport
+  {
+    let waited = formatDuration(Platform.monotonicNanoseconds() &- waitingSince)
+    return DeadlockReport(
+      kind: .stallEnded,
+      text: finished
+        ? "MainOnce: the \(label.work) of \(label) finished after \(waited); its callers go on"
+        : "MainOnce: no caller waits for the \(label.work) of \(label) any more, after \(waited)",
+      label: "\(label)")
+  }
+}
