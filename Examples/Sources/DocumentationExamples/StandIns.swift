@@ -34,7 +34,6 @@ struct RenderStack: Sendable {}
 @MainActor func initializeToolkit() {}
 @MainActor func loadSystemFonts() {}
 func buildIndex() {}
-func startPlayback() {}
 func renderFirstFrame() {}
 func render(_ stack: RenderStack) {}
 func log(_ message: String) {}
