@@ -62,7 +62,7 @@ internal import _CMainOnceShims
 /// builder of a `static let` captures nothing, so keeping it would cost nothing; releasing it
 /// leaves the `static let` statically initialized and its read unchanged.)
 ///
-/// ``isBuilt`` and ``valueIfBuilt`` ask without building: for a shutdown path, a metrics read
+/// ``isBuilt`` and ``valueIfBuilt-5u0a4`` ask without building: for a shutdown path, a metrics read
 /// or a test that must not trigger a build.
 ///
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
