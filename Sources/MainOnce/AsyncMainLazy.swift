@@ -25,6 +25,11 @@ internal import Synchronization
 /// build goes on for the others. A build that succeeds is kept even if every caller waiting
 /// for it was cancelled: the next access returns its value without building again.
 ///
+/// ``isBuilt`` and ``valueIfBuilt`` ask without building or waiting: one acquiring load.
+///
+/// The builder is released once a build succeeds, with everything it captured; it is kept
+/// while the value is unbuilt, since a failed build is retried.
+///
 /// Unlike ``MainLazy``, this is a class (its build outlives any one caller), so a `static let`
 /// of it costs a lazy-global check on access.
 ///
@@ -44,7 +49,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
   /// The build in flight, if any; guarded by ``AsyncBuild/lock``.
   let current = AsyncBuild.Slot()
-  private let build: @MainActor @Sendable () async throws -> Value
+  /// The builder until a build succeeds; guarded by ``AsyncBuild/lock``.
+  private let builder: Builder
   private let declaration: CallSite
 
   /// Creates a lazily built value.
@@ -59,8 +65,15 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     line: UInt = #line,
     _ build: @escaping @MainActor @Sendable () async throws -> Value
   ) {
-    self.build = build
+    builder = Builder(build)
     declaration = CallSite(file: file, line: line)
+  }
+
+  /// Holds the builder until a build succeeds, then `nil` (see ``finish(_:built:)``).
+  private final class Builder: @unchecked Sendable {
+    // This is safe because `build` is only read and written under `AsyncBuild.lock`.
+    var build: (@MainActor @Sendable () async throws -> Value)?
+    init(_ build: @escaping @MainActor @Sendable () async throws -> Value) { self.build = build }
   }
 
   deinit {
@@ -86,6 +99,31 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       }
       return try await _buildOrJoin()
     }
+  }
+
+  /// Whether the value is built. Never builds it, and never waits for a build in flight.
+  ///
+  /// Once `true`, it stays `true`, and everything the builder wrote happens before the read
+  /// that returned it. It is `false` while a build is in flight, and after a build that threw.
+  /// One acquiring load, inlined into the caller; it cannot deadlock.
+  @inlinable
+  public var isBuilt: Bool {
+    _storage.isPublished
+  }
+
+  /// The value if it is built, otherwise `nil`. Never builds it, never waits, never suspends:
+  /// usable in synchronous code.
+  ///
+  /// Use it where a read must not start a build: a shutdown path, a metrics read.
+  /// `if let session = Sessions.current.valueIfBuilt { session.save() }`.
+  ///
+  /// Everything the builder wrote happens before a read that returns the value. One acquiring
+  /// load, and one load when built, inlined into the caller; it cannot deadlock.
+  @inlinable
+  public var valueIfBuilt: Value? {
+    let word = _storage.value
+    guard word & 1 == 0 else { return nil }
+    return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
   }
 
   private var label: CellLabel {
@@ -172,22 +210,36 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Runs the builder, once the build has reached the main actor.
   @MainActor
   private func runBuilder(_ build: AsyncBuild) async throws -> Value {
-    AsyncBuild.lock.withLock { build.hasStarted = true }
-    return try await self.build()
+    let builder = AsyncBuild.lock.withLock {
+      build.hasStarted = true
+      return self.builder.build
+    }
+    // A build starts only while the value is not published, and `finish` releases the builder
+    // when it publishes, under the same lock.
+    guard let builder else {
+      Diagnostics.internalInconsistency("an AsyncMainLazy started a build after it was built")
+    }
+    return try await builder()
   }
 
   /// Publishes the value, also when every caller has been cancelled, and answers the callers.
+  /// A success releases the builder, and what it captured; after a failure it is kept for the
+  /// next build.
   private func finish(_ build: AsyncBuild, built: Result<UInt, any Error>) {
     let storage = _storage.address
+    var released: (@MainActor @Sendable () async throws -> Value)?
     let callers = AsyncBuild.lock.withLock { () -> [AsyncBuild.Caller] in
       if case .success(let built) = built {
         storage.pointee.word.store(built, ordering: .releasing)
+        // Released after the lock: a captured object's deinit may do anything.
+        swap(&released, &builder.build)
       }
       current.build = nil
       build.isOver = true
       build.task = nil
       return build.callers
     }
+    released = nil
     let outcome: AsyncBuild.Outcome =
       switch built {
       case .success: .built

@@ -1,3 +1,4 @@
+public import Synchronization
 internal import _CMainOnceShims
 
 /// A value built once, in main context, the first time it is read.
@@ -55,6 +56,15 @@ internal import _CMainOnceShims
 /// > Note: Swift resolves `value` by type, not by the caller's isolation, so the main actor's
 /// > `async` code reads a `Sendable` value with `get()` too: it costs the same load once built.
 ///
+/// The builder is released once a build succeeds, with everything it captured: a `MainLazy`
+/// held by an instance does not keep the objects its builder captured alive once the value is
+/// built. It is kept while the value is unbuilt, since a build that throws is retried. (The
+/// builder of a `static let` captures nothing, so keeping it would cost nothing; releasing it
+/// leaves the `static let` statically initialized and its read unchanged.)
+///
+/// ``isBuilt`` and ``valueIfBuilt-5u0a4`` ask without building: for a shutdown path, a metrics read
+/// or a test that must not trigger a build.
+///
 /// The built value lives as long as the `MainLazy`; in a `static let`, for the rest of the
 /// process. It is destroyed on the main actor, where it was built: at once when the `MainLazy`
 /// ends in main context, otherwise in a block sent to the main queue (so a value whose
@@ -70,8 +80,12 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   @usableFromInline
   let _storage: _OnceWord
 
+  /// The builder until a build succeeds, then `nil`: a build clears it once the value is
+  /// published. In a `Mutex`, the standard library's storage that can change while borrowed;
+  /// wrapped in a struct, which keeps a `static let` statically initialized (a closure stored
+  /// directly as the `Mutex`'s value is not).
   @usableFromInline
-  let build: @MainActor @Sendable () throws(Failure) -> Value
+  let _builder: Mutex<_MainLazyBuilder<Value, Failure>>
 
   @usableFromInline
   let declaration: CallSite
@@ -90,7 +104,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     _ build: @escaping @MainActor @Sendable () throws(Failure) -> Value
   ) {
     _storage = _OnceWord()
-    self.build = build
+    _builder = Mutex(_MainLazyBuilder(build))
     declaration = CallSite(file: file, line: line)
   }
 
@@ -119,9 +133,33 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
   /// Blocks outside main context.
   func build(site: CallSite) throws(Failure) {
-    try MainQueueEngine.run(cell, site: site, throwing: Failure.self) { [build] in
+    guard let build = currentBuilder() else { return }
+    try MainQueueEngine.run(cell, site: site, throwing: Failure.self) {
       Self.attempt(build)
     }
+    releaseBuilder()
+  }
+
+  /// The builder, or `nil` once the value is built: it is released only after the value was
+  /// published (see `releaseBuilder()`).
+  private func currentBuilder() -> (@MainActor @Sendable () throws(Failure) -> Value)? {
+    let build = _builder.withLock { $0.build }
+    if build == nil, !_storage.isDone {
+      Diagnostics.internalInconsistency("a MainLazy released its builder before it was built")
+    }
+    return build
+  }
+
+  /// Releases the builder, and what it captured, now that the value is built and published:
+  /// every build that returns normally calls it, so the build whose attempt succeeded does.
+  /// Until then the builder is kept, for the attempts that follow one that threw.
+  private func releaseBuilder() {
+    let released = _builder.withLock { slot in
+      defer { slot.build = nil }
+      return slot.build
+    }
+    // Released here, after the lock: a captured object's deinit may do anything.
+    _ = consume released
   }
 
   /// Waits for the value to be built in main context without blocking: the caller is not in
@@ -130,7 +168,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// throws.
   func awaitBuild(site: CallSite) async throws(Failure) {
     let cell = cell
-    let build = build
+    guard let build = currentBuilder() else { return }
     let resolution = await withUnsafeContinuation { continuation in
       // The lazy value stays borrowed until this returns, so its storage outlives the wait.
       let waiter = Waiter(
@@ -139,7 +177,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
       if !MainQueueEngine.enqueue(waiter, for: cell) { continuation.resume(returning: .done) }
     }
     switch resolution {
-    case .done: return
+    case .done: releaseBuilder()
     // The error came from this reader's own attempt, which throws `Failure`.
     case .failed(let error): throw error as! Failure
     case .cancelled:
@@ -169,6 +207,88 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
       }
     }
   }
+}
+
+/// A ``MainLazy``'s builder, or `nil` once a build succeeded.
+///
+/// A struct, not the optional closure itself, as the `Mutex`'s value: a `static let` holding a
+/// `Mutex` of a struct with a closure is statically initialized (Swift 6.3.1, checked with
+/// `objdump`), one of a bare closure is not.
+@usableFromInline
+struct _MainLazyBuilder<Value, Failure: Error>: Sendable {
+  @usableFromInline
+  var build: (@MainActor @Sendable () throws(Failure) -> Value)?
+
+  @inlinable
+  init(_ build: @escaping @MainActor @Sendable () throws(Failure) -> Value) {
+    self.build = build
+  }
+}
+
+extension MainLazy {
+  /// Whether the value is built. Never builds it.
+  ///
+  /// Once `true`, it stays `true`, and everything the builder wrote happens before the read
+  /// that returned it. It is `false` while a build is in flight, and after a build that threw.
+  ///
+  /// Once built this is one acquiring load, inlined into the caller; before, it takes
+  /// MainOnce's lock, as a token's ``MainOnceToken/isDone`` does. It never blocks on the main
+  /// queue, so it cannot deadlock, and it may be read in any context, `async` code included.
+  @inlinable
+  public var isBuilt: Bool {
+    _storage.isDone
+  }
+
+  /// The value if it is built, otherwise `nil`, without building it.
+  @inlinable
+  @inline(__always)
+  func _valueIfBuilt() -> Value? {
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+    }
+    return _mainLazyValueIfBuiltSlowPath(self)
+  }
+
+  /// The value if it is built, otherwise `nil`. Never builds it. A value that is not
+  /// `Sendable` stays on the main actor.
+  ///
+  /// Everything the builder wrote happens before a read that returns the value. Once built,
+  /// this is one acquiring load and one load, inlined; before, it takes MainOnce's lock, and
+  /// never blocks on the main queue.
+  @MainActor
+  @inlinable
+  public var valueIfBuilt: Value? {
+    _valueIfBuilt()
+  }
+}
+
+extension MainLazy where Value: Sendable {
+  /// The value if it is built, otherwise `nil`. Never builds it. Safe to read from any thread,
+  /// in synchronous and `async` code alike.
+  ///
+  /// Use it where a read must not trigger a build: a shutdown path saves what exists, a metrics
+  /// read reports what is there. `if let stack = Stores.render.valueIfBuilt { … }`.
+  ///
+  /// Everything the builder wrote happens before a read that returns the value. Once built,
+  /// this is one acquiring load and one load, inlined into the caller; before, it takes
+  /// MainOnce's lock for a few instructions. It never waits for a build in flight (that read
+  /// returns `nil`) and never blocks on the main queue, so it cannot deadlock.
+  @inlinable
+  public var valueIfBuilt: Value? {
+    _valueIfBuilt()
+  }
+}
+
+/// The slow path of ``MainLazy/valueIfBuilt``: asks MainOnce's lock whether a build has just
+/// finished; never builds.
+@usableFromInline
+@inline(never)
+func _mainLazyValueIfBuiltSlowPath<Value, Failure: Error>(
+  _ lazy: borrowing MainLazy<Value, Failure>
+) -> Value? {
+  guard lazy._storage._isDoneSlowPath() else { return nil }
+  return UnsafePointer<Value>(bitPattern: lazy._storage.value).unsafelyUnwrapped.pointee
 }
 
 /// The slow path of ``MainLazy/value``: a free function, so that the inlined fast path passes
