@@ -50,12 +50,7 @@ struct AsyncMainLazyChildTests {
   func childWithItsOwnPreferenceIsReported() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest(seconds: 10)
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
-      DeadlockDetection.reportHandler = { report in
-        guard report.kind == .stall else { return }
-        FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
-        exit(EXIT_FAILURE)
-      }
+      exitAtTheFirstStallReport()
       _ = try? await ChildWithOwnPreference.lazy.value
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)

@@ -243,12 +243,7 @@ struct EngineSoundnessInProcessTests {
   func asyncLazyWaitingForTaskInsideBuild() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest(seconds: 10)
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
-      DeadlockDetection.reportHandler = { report in
-        guard report.kind == .stall else { return }
-        FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
-        exit(EXIT_FAILURE)
-      }
+      exitAtTheFirstStallReport()
       _ = try? await TaskAwaitingLazy.value.value
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)

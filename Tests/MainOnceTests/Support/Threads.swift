@@ -1,4 +1,5 @@
 import Foundation
+import MainOnce
 import MainOnceFixtureSupport
 import Testing
 
@@ -74,6 +75,17 @@ extension Duration {
 /// Ends an exit test's child process if it has not ended within `seconds` (scaled), so that a
 /// hang fails the test (exit status 3, and not the message the test expects) instead of
 /// stalling the run. An exit test's child inherits the environment, and with it the time scale.
+/// For an exit test that expects a stall: a 100 ms stall timeout, and a report handler that
+/// writes the first stall report to standard error after `REPORT ` and ends the process.
+func exitAtTheFirstStallReport() {
+  DeadlockDetection.setStallTimeout(.milliseconds(100))
+  DeadlockDetection.reportHandler = { report in
+    guard report.kind == .stall else { return }
+    FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
+    exit(EXIT_FAILURE)
+  }
+}
+
 func boundExitTest(seconds: Double = 10) {
   let limit = TimeScale.seconds(seconds)
   Thread {
