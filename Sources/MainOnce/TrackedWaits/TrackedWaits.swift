@@ -210,24 +210,22 @@ private func watchedWait(
   _ waitable: some TrackableWait, for target: UnsafePointer<WaitTarget>, deadline: DispatchTime?,
   operation: StaticString, site: CallSite, on thread: ThreadRecord, serving serves: Bool
 ) -> DispatchTimeoutResult {
-  let record = thread.takeTrackedWait(
-    for: target, operation: operation, site: site, proof: deadline == nil ? .slices : .timed)
-  defer { thread.returnTrackedWait(record) }
-  record.holdsMainQueue = MainContext.isCurrent(on: thread)
-  record.servesMainQueue = serves
+  let scope = _TrackedScope(
+    target, operation: operation, site: site, proof: deadline == nil ? .slices : .timed,
+    serves: serves)
+  defer { scope.end() }
+  let record = scope.record.takeUnretainedValue()
   var result = DispatchTimeoutResult.timedOut
-  record.published(on: thread) {
-    Detector.watch(record) { sliceEnd in
-      let end = deadline.map { min($0, sliceEnd) } ?? sliceEnd
-      let number = record.startedSlices.load(ordering: .relaxed) &+ 1
-      record.startedSlices.store(number, ordering: .sequentiallyConsistent)
-      if waitable.wait(until: end, serving: serves, on: thread) {
-        result = .success
-        return true
-      }
-      record.timedOutSlice.store(number, ordering: .sequentiallyConsistent)
-      return end == deadline
+  Detector.watch(record) { sliceEnd in
+    let end = deadline.map { min($0, sliceEnd) } ?? sliceEnd
+    let number = record.startedSlices.load(ordering: .relaxed) &+ 1
+    record.startedSlices.store(number, ordering: .sequentiallyConsistent)
+    if waitable.wait(until: end, serving: serves, on: thread) {
+      result = .success
+      return true
     }
+    record.timedOutSlice.store(number, ordering: .sequentiallyConsistent)
+    return end == deadline
   }
   return result
 }
@@ -267,9 +265,9 @@ extension DispatchQueue {
   }
 }
 
-/// A `withTrackedWait` or `trackedSync` in progress: its wait published from its initializer
-/// until ``end()``. Both are inlinable, so that each caller's specialization calls only these
-/// two functions of MainOnce's.
+/// A tracked wait in progress: published from its initializer until ``end()``. `withTrackedWait`
+/// and `trackedSync` are inlinable, so that each caller's specialization calls only these two
+/// functions of MainOnce's; a semaphore or group wait uses it once its grace is over.
 @usableFromInline
 struct _TrackedScope {
   // Unmanaged, and used through guaranteed references: the thread's record lives as long as
@@ -288,14 +286,17 @@ struct _TrackedScope {
       proof: .opaque)
   }
 
-  private init(
+  /// Publishes a wait for `target` (or, for `trackedSync`, for `queue`); `serves`: a main-queue
+  /// wait that runs the initializers queued for the main queue (the `service` policy).
+  init(
     _ target: UnsafePointer<WaitTarget>?, operation: StaticString, site: CallSite,
-    proof: WaitProof, queue: DispatchQueue? = nil
+    proof: WaitProof, queue: DispatchQueue? = nil, serves: Bool = false
   ) {
     let thread = ThreadRecord.currentUnmanaged
     let record = thread._withUnsafeGuaranteedRef { thread in
-      let record = thread.takeTrackedWaitUnmanaged(
-        for: target, queue: queue, operation: operation, site: site, proof: proof)
+      let record = thread.takeTrackedWait(
+        for: target, queue: queue, operation: operation, site: site, proof: proof,
+        serves: serves)
       // Without introspection, the main queue's holder is known only from the waits that say
       // so.
       if !QueueOwnership.isAvailable {
@@ -348,8 +349,7 @@ struct _TrackedScope {
 }
 
 /// A tracked wait, published while its thread waits. Each thread keeps one to reuse
-/// (``ThreadRecord/takeTrackedWait(for:operation:site:proof:)``), so that publishing a wait
-/// allocates nothing.
+/// (`ThreadRecord.takeTrackedWait`), so that publishing a wait allocates nothing.
 final class TrackedWait: BlockingWait, @unchecked Sendable {
   // This is safe because the variables are written by the waiting thread only while the wait
   // is not published, and read by the deadlock detector only while it is, inside
@@ -376,16 +376,6 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
     self.thread = thread
   }
 
-  /// Runs `body` with the wait published.
-  @inline(__always)
-  func published<Result, Failure: Error>(
-    on thread: ThreadRecord, _ body: () throws(Failure) -> Result
-  ) throws(Failure) -> Result {
-    let previous = WaitBoard.publish(self, on: thread)
-    defer { WaitBoard.withdraw(previous, on: thread) }
-    return try body()
-  }
-
   var isOver: Bool { entered.load(ordering: .sequentiallyConsistent) }
   func blockers() -> Blockers { isOver ? .none : waitTarget.blockers }
 
@@ -407,22 +397,12 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
 }
 
 extension ThreadRecord {
-  /// A tracked wait to publish, set up for one wait, which the record keeps alive until it is
-  /// given back with ``returnTrackedWait(_:)``. A wait nested in another of this thread's gets a
-  /// fresh one.
+  /// A tracked wait to publish, set up for one wait, unretained: the record keeps it alive until
+  /// it is given back with ``returnTrackedWait(_:)``. A wait nested in another of this thread's
+  /// gets a fresh one.
   func takeTrackedWait(
-    for target: UnsafePointer<WaitTarget>, operation: StaticString, site: CallSite,
-    proof: WaitProof
-  ) -> TrackedWait {
-    takeTrackedWaitUnmanaged(
-      for: target, queue: nil, operation: operation, site: site, proof: proof
-    ).takeUnretainedValue()
-  }
-
-  /// ``takeTrackedWait(for:operation:site:proof:)``, unretained: the record keeps it alive.
-  func takeTrackedWaitUnmanaged(
     for target: UnsafePointer<WaitTarget>?, queue: DispatchQueue?, operation: StaticString,
-    site: CallSite, proof: WaitProof
+    site: CallSite, proof: WaitProof, serves: Bool
   ) -> Unmanaged<TrackedWait> {
     let wait: Unmanaged<TrackedWait>
     if trackedWaitIsInUse {
@@ -440,7 +420,7 @@ extension ThreadRecord {
       wait.site = site
       wait.proof = proof
       wait.holdsMainQueue = false
-      wait.servesMainQueue = false
+      wait.servesMainQueue = serves
       wait.entered.store(false, ordering: .relaxed)
     }
     return wait
