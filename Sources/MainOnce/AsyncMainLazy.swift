@@ -1,4 +1,3 @@
-internal import Dispatch
 internal import Synchronization
 
 /// A value built once on the main actor by an `async`, throwing builder, the first time it is
@@ -153,7 +152,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         }
         if let now { return continuation.resume(returning: now) }
         if starts { start(joined!) }
-        if times { joined!.startTimer() }
+        if times { joined!.startStallTimer() }
       }
     } onCancel: {
       let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
@@ -363,15 +362,6 @@ final class AsyncBuild: @unchecked Sendable {
   func isCurrentTask() -> Bool {
     guard let task else { return false }
     return withUnsafeCurrentTask { $0 == task }
-  }
-
-  /// Starts the timer after which the deadlock detector watches the build, if callers still
-  /// wait for it then.
-  func startTimer() {
-    Instrumentation.noteSubject(self)
-    Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
-      if self.stallSnapshot() != nil { Detector.watchStall(of: self) }
-    }
   }
 
   /// Reports the end of a reported stall, once, when the build is over (`finished`) or nobody

@@ -104,7 +104,7 @@ enum MainQueueEngine {
         }
         if let now { return continuation.resume(returning: now) }
         if hop { sendHop(for: flight!) }
-        if times { startTimer(for: flight!) }
+        if times { flight!.startStallTimer() }
       }
     } onCancel: {
       var wakes = Wakes()
@@ -137,7 +137,7 @@ enum MainQueueEngine {
     }
     guard let flight else { return false }
     if hop { sendHop(for: flight) }
-    if times { startTimer(for: flight) }
+    if times { flight.startStallTimer() }
     return true
   }
 
@@ -154,15 +154,6 @@ enum MainQueueEngine {
     }
     WaitBoard.withdraw(previous, on: thread)
     Instrumentation.noteWoke()
-  }
-
-  /// Starts the timer that watches `flight` for the callers that do not block: after
-  /// `WaitBoard.grace`, the deadlock detector watches it if any is still waiting.
-  private static func startTimer(for flight: Flight) {
-    Instrumentation.noteSubject(flight)
-    Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
-      if flight.stallSnapshot() != nil { Detector.watchStall(of: flight) }
-    }
   }
 
   /// Flights whose hop is on its way, and has not started: main-queue code that waits under the

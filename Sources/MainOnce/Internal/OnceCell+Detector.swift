@@ -3,6 +3,18 @@ internal import Synchronization
 // What the deadlock detector may ask of a main-queue flight and of its blocked callers: its one
 // query (`blockers()`) and what a report says, each answered under the cell's lock.
 
+extension StallSubject {
+  /// Starts the timer that watches the subject for its callers that do not block (tasks,
+  /// completion handlers): after `WaitBoard.grace`, the deadlock detector watches it if any of
+  /// its callers still waits. The first such caller starts it.
+  func startStallTimer() {
+    Instrumentation.noteSubject(self)
+    Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
+      if self.stallSnapshot() != nil { Detector.watchStall(of: self) }
+    }
+  }
+}
+
 extension Flight: StallSubject {
   func stallSnapshot() -> StallSnapshot? {
     OnceCell.lock.withLock {
