@@ -282,9 +282,9 @@ struct Finding {
 
   /// The thread in the way and how much it had run, where both are known: what the next look
   /// compares with.
-  var baseline: StallWatch.Baseline? {
+  var baseline: StallBaseline? {
     guard let holder, let progress else { return nil }
-    return StallWatch.Baseline(thread: holder, progress: progress)
+    return StallBaseline(thread: holder, progress: progress)
   }
 }
 
@@ -344,7 +344,7 @@ extension Look {
 /// every look, so a new one applies to waits in progress.
 struct StallLook {
   private var reportedAt: UInt64?
-  private var baseline: StallWatch.Baseline?
+  private var baseline: StallBaseline?
   private var isOver = false
 
   /// Looks at `subject`, if a look is due: `waitingSince` is when the watcher's own wait began,
@@ -389,12 +389,10 @@ struct StallLook {
   }
 }
 
-/// A thread in a subject's way, and how much it had run.
-struct StallWatch {
-  struct Baseline: Equatable {
-    let thread: ThreadID
-    let progress: ThreadProgress
-  }
+/// A thread in a subject's way, and how much it had run: what the next look compares with.
+struct StallBaseline: Equatable {
+  let thread: ThreadID
+  let progress: ThreadProgress
 }
 
 /// A duration for a report: milliseconds below a second, else seconds to a tenth.

@@ -64,22 +64,23 @@ final class ThreadRecord: @unchecked Sendable {
     #endif
   }
 
-  /// The calling thread's record: one thread-local load once made.
   /// The calling thread's record, unretained: the thread keeps it alive as long as it runs.
-  static var currentUnmanaged: Unmanaged<ThreadRecord> {
-    guard let raw = mainonce_thread_record() else { return .passUnretained(makeCurrent(at: nil)) }
-    return Unmanaged<ThreadRecord>.fromOpaque(raw)
-  }
+  static var currentUnmanaged: Unmanaged<ThreadRecord> { unmanaged(at: nil) }
 
-  static var current: ThreadRecord {
-    guard let raw = mainonce_thread_record() else { return makeCurrent(at: nil) }
-    return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
-  }
+  /// The calling thread's record: one thread-local load once made.
+  static var current: ThreadRecord { unmanaged(at: nil).takeUnretainedValue() }
 
   /// The calling thread's record, for a call made at `site`: named if the record cannot be made.
   static func current(at site: CallSite) -> ThreadRecord {
-    guard let raw = mainonce_thread_record() else { return makeCurrent(at: site) }
-    return Unmanaged<ThreadRecord>.fromOpaque(raw).takeUnretainedValue()
+    unmanaged(at: site).takeUnretainedValue()
+  }
+
+  /// The calling thread's record: one thread-local load once made. The thread's key keeps it
+  /// alive, so an unretained reference is enough.
+  @inline(__always)
+  private static func unmanaged(at site: CallSite?) -> Unmanaged<ThreadRecord> {
+    guard let raw = mainonce_thread_record() else { return .passUnretained(makeCurrent(at: site)) }
+    return Unmanaged<ThreadRecord>.fromOpaque(raw)
   }
 
   /// Makes the calling thread's record. The thread-local variables point at it; a pthread key
