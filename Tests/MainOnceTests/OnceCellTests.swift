@@ -24,9 +24,8 @@ struct OnceCellTests {
     var wakes = Wakes()
     OnceCell.lock.withLock {
       guard case .inFlight(let flight) = storage.cell.phase() else { return }
-      flight.enqueue(owner)
-      handlers.forEach(flight.enqueue)
-      _ = flight.startNextAttempt(on: ThreadRecord.current.id)
+      _ = flight.arrive(owner, on: ThreadRecord.current.id, inMainContext: true)
+      for handler in handlers { _ = flight.arrive(handler, on: nil, inMainContext: false) }
       flight.finish(owner, with: .success(0), into: &wakes)
     }
     wakes.deliver()
@@ -43,8 +42,8 @@ struct OnceCellTests {
     var wakes = Wakes()
     let published = OnceCell.lock.withLock { () -> [Bool] in
       guard case .inFlight(let flight) = storage.cell.phase() else { return [] }
-      flight.enqueue(handler)
-      _ = flight.startNextAttempt(on: ThreadRecord.current.id)
+      _ = flight.arrive(handler, on: nil, inMainContext: false)
+      _ = flight.mainQueueReached(on: ThreadRecord.current.id, isHop: true)
       flight.finish(handler, with: .success(0), into: &wakes)
       let whenFinished = storage.word.isPublished
       guard case .done = storage.cell.phase() else { return [whenFinished] }
@@ -69,13 +68,13 @@ struct OnceCellTests {
     var wakes = Wakes()
     let ended = OnceCell.lock.withLock { () -> [Bool] in
       guard case .inFlight(let flight) = storage.cell.phase() else { return [] }
-      flight.enqueue(failed)
-      flight.enqueue(next)
-      _ = flight.startNextAttempt(on: me)
+      _ = flight.arrive(failed, on: me, inMainContext: true)
+      _ = flight.arrive(next, on: nil, inMainContext: false)
       flight.finish(failed, with: .failure(AttemptFailed()), into: &wakes)
       // The runner goes on with `next`: the failed caller's wait still names it as its blocker,
       // so only its end mark keeps the deadlock detector from counting it.
       let marks = [failed.isOver, next.isOver]
+      _ = flight.startNextAttempt(on: me)
       flight.finish(next, with: .success(0), into: &wakes)
       return marks
     }

@@ -205,7 +205,7 @@ func waitingCallers(labelContaining text: String) -> Int {
     }
   }
   if let flight = cells.first as? Flight {
-    return OnceCell.lock.withLock { flight.queue.filter { !$0.isRunning }.count }
+    return OnceCell.lock.withLock { flight.queue.filter { $0.phase == .queued }.count }
   }
   if let cell = cells.first as? RunOnceCell {
     return RunOnceCell.lock.withLock { cell.current?.waiting.count ?? 0 }

@@ -2,8 +2,8 @@ internal import Dispatch
 internal import _CMainOnceShims
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
-/// waits, and how the end reaches every caller, moving a cell through the states listed at the
-/// top of `OnceCell.swift`.
+/// waits, and how the end reaches every caller: it performs what the cell's state machine
+/// (`FlightMachine.swift`) decides, under ``OnceCell/lock``.
 ///
 /// A blocking first call, from `onceOnMain(token:)` to its return, reads six files:
 /// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Internal/OnceCell.swift`
@@ -49,14 +49,16 @@ enum MainQueueEngine {
         attempt: attempt, storage: cell.word)
       let step = OnceCell.lock.withLock { () -> Step in
         guard case .inFlight(let flight) = cell.phase() else { return .done }
-        if let runner = flight.runner, runner.thread == thread.id { return .reentrant(runner) }
-        flight.enqueue(waiter)
-        guard drives else { return .park(flight, hop: flight.claimHop()) }
-        guard flight.runner == nil else {
+        switch flight.arrive(waiter, on: thread.id, inMainContext: drives) {
+        case .reentrant: return .reentrant(flight.runner!)
+        case .drive(let first): return .drive(flight, first: first)
+        case .wait(let sendsHop): return .park(flight, hop: sendsHop)
+        case .runByAnotherThread(let runner):
           Diagnostics.internalInconsistency(
-            "\(thread.id) holds the main queue while \(flight.runner!.thread) runs \(cell.label)")
+            "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
+        case .cancelled:
+          Diagnostics.internalInconsistency("a blocking caller arrived cancelled")
         }
-        return .drive(flight, first: flight.startNextAttempt(on: thread.id))
       }
       switch step {
       case .done:
@@ -96,11 +98,16 @@ enum MainQueueEngine {
         let (now, flight, hop, times) = OnceCell.lock.withLock {
           () -> (Resolution?, Flight?, Bool, Bool) in
           guard case .inFlight(let flight) = cell.phase() else { return (.done, nil, false, false) }
-          // Cancelled before it got here: it never queues.
-          if waiter.isWithdrawn { return (.cancelled, nil, false, false) }
           waiter.kind = .task(continuation)
-          flight.enqueue(waiter)
-          return (nil, flight, flight.claimHop(), flight.claimTimer())
+          // A task cancelled before this found nothing to take out of the queue: it never
+          // queues. One cancelled after this finds it queued (the handler takes the lock).
+          switch flight.arrive(waiter, on: nil, inMainContext: false, isCancelled: Task.isCancelled)
+          {
+          case .cancelled: return (.cancelled, nil, false, false)
+          case .wait(let sendsHop): return (nil, flight, sendsHop, flight.claimTimer())
+          case .reentrant, .drive, .runByAnotherThread:
+            Diagnostics.internalInconsistency("a task was given the main queue's role")
+          }
         }
         if let now { return continuation.resume(returning: now) }
         if hop { sendHop(for: flight!) }
@@ -109,11 +116,8 @@ enum MainQueueEngine {
     } onCancel: {
       var wakes = Wakes()
       let ended = OnceCell.lock.withLock { () -> (Flight, UInt64)? in
-        guard let flight = waiter.flight else {
-          if waiter.resolution == nil { waiter.isWithdrawn = true }
-          return nil
-        }
-        flight.withdraw(waiter, into: &wakes)
+        guard let flight = waiter.flight else { return nil }
+        flight.cancel(waiter, into: &wakes)
         return flight.endOfReportedStall().map { (flight, $0) }
       }
       if let (flight, since) = ended {
@@ -132,8 +136,10 @@ enum MainQueueEngine {
   static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
     let (flight, hop, times) = OnceCell.lock.withLock { () -> (Flight?, Bool, Bool) in
       guard case .inFlight(let flight) = cell.phase() else { return (nil, false, false) }
-      flight.enqueue(waiter)
-      return (flight, flight.claimHop(), flight.claimTimer())
+      guard case .wait(let sendsHop) = flight.arrive(waiter, on: nil, inMainContext: false) else {
+        Diagnostics.internalInconsistency("a completion handler was given the main queue's role")
+      }
+      return (flight, sendsHop, flight.claimTimer())
     }
     guard let flight else { return false }
     if hop { sendHop(for: flight) }
@@ -164,7 +170,7 @@ enum MainQueueEngine {
 
   // MARK: - Running the queue in main context
 
-  /// Sends the hop claimed with ``Flight/claimHop()``, after the lock is released (a worker
+  /// Sends the hop that ``Flight/arrive(_:on:inMainContext:isCancelled:)`` claimed, after the lock is released (a worker
   /// that picks it up at once must not find the lock held): `dispatch_async_f` with the flight
   /// as its context, so that no block is allocated and copied on a first call's path.
   private static func sendHop(for flight: Flight) {
@@ -177,25 +183,20 @@ enum MainQueueEngine {
 
   /// Drives `flight` here, in main context, unless it has finished or is driven already: the
   /// body of a hop (`isHop`: it clears the hop's mark), and a main-queue wait that serves
-  /// initializers.
+  /// initializers. Checks, in release builds too, that the caller holds the main queue: an
+  /// attempt never starts anywhere else.
   static func driveUnlessDriven(_ flight: Flight, on thread: ThreadRecord, isHop: Bool) {
-    let first = OnceCell.lock.withLock { () -> Waiter? in
-      if isHop {
-        flight.hopIsOnItsWay = false
-        if let index = awaitingHop.firstIndex(where: { $0 === flight }) {
-          awaitingHop.remove(at: index)
-        }
-      }
-      guard let runner = flight.runner else { return flight.startNextAttempt(on: thread.id) }
-      // Only this thread holds the main queue: an initializer on it served the hop from a
-      // nested run loop, and its caller goes on driving the queue when it returns.
-      guard runner.thread == thread.id else {
-        Diagnostics.internalInconsistency(
-          "\(thread.id) holds the main queue while \(runner.thread) runs \(flight.label)")
-      }
-      return nil
+    guard MainContext.isCurrent(on: thread) else {
+      Diagnostics.internalInconsistency(
+        "\(thread.id) would run \(flight.label) without holding the main queue")
     }
-    drive(flight, from: first, on: thread)
+    let step = OnceCell.lock.withLock { flight.mainQueueReached(on: thread.id, isHop: isHop) }
+    switch step {
+    case .drive(let first): drive(flight, from: first, on: thread)
+    case .runByAnotherThread(let runner):
+      Diagnostics.internalInconsistency(
+        "\(thread.id) holds the main queue while \(runner) runs \(flight.label)")
+    }
   }
 
   /// Runs the flight's queued attempts in main context, in arrival order, from `first` (started

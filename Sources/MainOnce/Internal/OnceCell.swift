@@ -1,42 +1,19 @@
 public import Synchronization
 
-// MARK: - The states of a once-cell
+// MARK: - A once-cell's storage and its flight
 //
 // A once-cell is what a token, a `MainLazy` or an object's `onceOnMain(for:)` call site keeps:
 // one storage word (`_OnceWord`) and, while calls are in progress, a `Flight` attached to it.
-// This file owns both. Every entry point asks `OnceCell.phase()`, under `OnceCell.lock`, and
-// switches on the answer: `.done(value)` or `.inFlight(flight)`.
+// Its phases and transitions are the table of `FlightMachine.swift`, which the flight runs.
+// Every entry point asks `OnceCell.phase()`, under `OnceCell.lock`, and switches on the
+// answer: `.done(value)` or `.inFlight(flight)`; `phase()` attaches a flight to a fresh cell and
+// publishes a finished one.
 //
-// | Phase    | word      | flight.outcome | .runner | .queue    | .hopIsOnItsWay |
-// | -------- | --------- | -------------- | ------- | --------- | -------------- |
-// | fresh    | 1         | (no flight)    |         |           |                |
-// | idle     | F | 1     | nil            | nil     | empty     | either         |
-// | queued   | F | 1     | nil            | nil     | not empty | true           |
-// | running  | F | 1     | nil            | a thread| any       | either         |
-// | finished | F | 1     | the value      | nil     | empty     | either         |
-// | done     | the value | (released)     |         |           |                |
-//
-// Transitions, each in one function, under the lock:
-// - fresh → idle: `phase()` attaches a flight. idle → queued: `Flight.enqueue` and `claimHop`
-//   (a caller outside main context sends the hop). idle or queued → running:
-//   `startNextAttempt`, by the hop or by main-context code, which then drives the queue.
-// - running → running: `finish` with a failure (the error goes to its caller; the runner goes
-//   on with the next attempt). running → idle: `startNextAttempt` finds nothing left.
-// - running → done: `finish` with a success, when any waiting caller borrows the storage (it
-//   publishes through that caller's address). running → finished: the same with no borrower
-//   (only completion-form callers waited). finished → done: the next `phase()` publishes.
-// - queued → idle: `withdraw`, a cancelled task's caller leaving.
-//
-// `F` is the flight's address, with its low bit set: a done word is even (0 for a token or a
-// call site, the built value's address for a `MainLazy`), so the fast path is one load and one
-// bit test. Invariant, checked after every transition (`Flight.checkInvariant`): a flight with
-// queued callers has a runner or a hop on its way, or has finished; callers outside main
-// context never run an attempt, and would otherwise wait for ever.
-//
-// Memory ordering: every store to the word happens under the lock. Publishing is a releasing
-// store made after the attempt returned (its end is recorded under the same lock); the fast
-// path's load is acquiring. So everything an initializer wrote happens before every return of a
-// caller that saw the cell done. Flight fields are read and written only under the lock.
+// Memory ordering: every store to a token's, a `MainLazy`'s or an object call site's word
+// happens under `OnceCell.lock`. Publishing is a releasing store made after the attempt
+// returned (its end is recorded under the same lock); the fast path's load is acquiring. So
+// everything an initializer wrote happens before every return of a caller that saw the cell
+// done. Flight and waiter fields are read and written only under the lock.
 //
 // Why "finished" exists: a flight never keeps the storage's address (a hop or a completion
 // handler may outlive the token). Only a caller that borrows the storage writes the word: the
@@ -150,23 +127,17 @@ struct OnceCell {
 /// A caller's initializer, type-erased. It returns the value to publish (even).
 typealias Attempt = () -> Result<UInt, any Error>
 
-/// The calls in progress for one cell that is not done (see the table above). It is the cell's
-/// identity while calls are in progress: the storage retains it, and so does everything that
-/// refers to the cell from outside a borrow (a hop, a waiter, the deadlock detector). An object
-/// cannot be reallocated while it is retained, so nothing left over from one cell can act on
-/// another cell that reuses the storage's address.
+/// The calls in progress for one cell that is not done: its ``FlightMachine``, and what the
+/// engine keeps beside it. It is the cell's identity while calls are in progress: the storage
+/// retains it, and so does everything that refers to the cell from outside a borrow (a hop, a
+/// waiter, the deadlock detector). An object cannot be reallocated while it is retained, so
+/// nothing left over from one cell can act on another cell that reuses the storage's address.
 final class Flight: @unchecked Sendable {
   // This is safe because the variables are only read and written under `OnceCell.lock`, which
   // also makes their accesses exclusive, so they skip the dynamic check.
 
   let label: CellLabel
-  /// The value of the attempt that succeeded, once one has: then it runs nothing again.
-  @exclusivity(unchecked) var outcome: UInt?
-  /// The thread in main context that runs the queued attempts, one after another.
-  @exclusivity(unchecked) var runner: Runner?
-  /// Callers waiting, in arrival order, each with its own attempt.
-  @exclusivity(unchecked) var queue = WaiterQueue()
-  @exclusivity(unchecked) var hopIsOnItsWay = false
+  @exclusivity(unchecked) private var machine = FlightMachine(callers: WaiterQueue())
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
@@ -178,78 +149,90 @@ final class Flight: @unchecked Sendable {
 
   init(label: CellLabel) { self.label = label }
 
-  /// Queues `waiter` behind the callers already waiting.
-  func enqueue(_ waiter: Waiter) {
-    waiter.flight = self
-    queue.append(waiter)
+  /// The value of the attempt that succeeded, once one has.
+  var outcome: UInt? { machine.outcome }
+  /// The callers queued or running, in arrival order.
+  var queue: WaiterQueue { machine.callers }
+
+  /// The thread in main context that runs the flight's attempts, and the attempt it runs.
+  var runner: Runner? {
+    guard let thread = machine.runner, let owner = machine.running else { return nil }
+    return Runner(thread: thread, site: owner.site, since: owner.startedAt)
   }
 
-  /// Whether the caller that just queued must send a hop: nobody runs the flight and no hop is on
-  /// its way. Marks the hop as on its way; send it once the lock is released.
-  func claimHop() -> Bool {
-    defer { checkInvariant() }
-    guard runner == nil, !hopIsOnItsWay, !queue.isEmpty else { return false }
-    hopIsOnItsWay = true
-    MainQueueEngine.awaitingHop.append(self)
-    return true
+  /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:)``: queues `waiter` unless it is
+  /// re-entrant or cancelled. A hop it must send is marked as on its way: send it once the lock
+  /// is released.
+  func arrive(
+    _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false
+  ) -> Arrival<Waiter, ThreadID> {
+    let arrival = transition {
+      $0.arrive(waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled)
+    }
+    switch arrival {
+    case .cancelled, .reentrant: break
+    case .wait(let sendsHop):
+      waiter.flight = self
+      if sendsHop { MainQueueEngine.awaitingHop.append(self) }
+    case .drive, .runByAnotherThread: waiter.flight = self
+    }
+    return arrival
   }
 
-  /// Makes `thread` the runner and returns the first queued caller, whose attempt it runs next;
-  /// `nil`, and no runner, once the flight has finished or nobody is left.
+  /// ``FlightMachine/mainQueueReached(on:isHop:)``.
+  func mainQueueReached(on thread: ThreadID, isHop: Bool) -> HopStep<Waiter, ThreadID> {
+    if isHop, let index = MainQueueEngine.awaitingHop.firstIndex(where: { $0 === self }) {
+      MainQueueEngine.awaitingHop.remove(at: index)
+    }
+    return transition { $0.mainQueueReached(on: thread, isHop: isHop) }
+  }
+
+  /// ``FlightMachine/startNextAttempt(on:)``.
   func startNextAttempt(on thread: ThreadID) -> Waiter? {
-    defer { checkInvariant() }
-    guard outcome == nil, let owner = queue.first(where: { !$0.isRunning }) else {
-      if runner != nil { epoch.add(1, ordering: .releasing) }
-      runner = nil
-      return nil
-    }
-    owner.isRunning = true
-    if runner?.thread != thread { epoch.add(1, ordering: .releasing) }
-    runner = Runner(thread: thread, site: owner.site)
-    return owner
+    transition { $0.startNextAttempt(on: thread) }
   }
 
-  /// Records the end of `owner`'s attempt. On success the flight is finished, published if a
-  /// borrower waits, and every caller is resolved as done; on failure the error goes to `owner`
-  /// alone, and the runner goes on with the queue.
+  /// ``FlightMachine/finish(_:with:resolve:)``: records the end of `owner`'s attempt, resolves
+  /// the callers it ends, and publishes a success if a borrower waits.
   func finish(_ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes) {
-    queue.remove(owner)
+    let value: UInt?
+    var failure: (any Error)?
     switch result {
-    case .success(let value):
-      let storage = owner.storage ?? queue.lazy.compactMap(\.storage).first
-      outcome = value
-      runner = nil
-      epoch.add(1, ordering: .releasing)
-      wakes.resolve(owner, .done)
-      for waiter in queue { wakes.resolve(waiter, .done) }
-      queue.removeAll()
-      // Published last: a caller that finds the word done on the fast path submits its
-      // completion handler after every queued one. The borrower is resolved but not yet woken,
-      // so its storage is still in place.
-      if let storage { OnceCell.publish(value, in: storage) }
-    case .failure(let error):
-      wakes.resolve(owner, .failed(error))
+    case .success(let success): value = success
+    case .failure(let error): (value, failure) = (nil, error)
     }
+    let borrower = transition {
+      $0.finish(owner, with: value) { wakes.resolve($0, Resolution($1, failure: failure)) }
+    }
+    // Published last: a caller that finds the word done on the fast path submits its
+    // completion handler after every queued one. The borrower is resolved but not yet woken,
+    // so its storage is still in place.
+    if let value, let storage = borrower?.storage { OnceCell.publish(value, in: storage) }
   }
 
-  /// Takes a task's waiter out of the queue after its task was cancelled, unless its attempt
-  /// has started or it is resolved already.
-  func withdraw(_ waiter: Waiter, into wakes: inout Wakes) {
-    guard waiter.resolution == nil, !waiter.isRunning else { return }
-    queue.remove(waiter)
-    wakes.resolve(waiter, .cancelled)
+  /// ``FlightMachine/cancel(_:resolve:)``: takes a task's waiter out of the queue after its
+  /// task was cancelled, unless its attempt has started or it is resolved already.
+  func cancel(_ waiter: Waiter, into wakes: inout Wakes) {
+    transition { $0.cancel(waiter) { wakes.resolve($0, Resolution($1, failure: nil)) } }
     // Nobody is left to watch for: the next caller that does not block starts a timer again.
-    if queue.isEmpty { isTimed = false }
-    checkInvariant()
+    if machine.callers.isEmpty { isTimed = false }
   }
 
-  /// Stops the process if a flight with queued callers has neither a runner nor a hop on its
-  /// way: those callers would wait for ever.
-  func checkInvariant() {
-    guard outcome != nil || queue.isEmpty || runner != nil || hopIsOnItsWay else {
+  /// Applies one transition of the machine, then what the engine keeps beside it: the
+  /// detector's epoch, when the attempt that runs started; and checks the machine's invariant,
+  /// in release builds too: queued callers without a runner or a hop would wait for ever.
+  private func transition<Result>(_ body: (inout FlightMachine<WaiterQueue>) -> Result) -> Result {
+    let (runner, running) = (machine.runner, machine.running)
+    let result = body(&machine)
+    if machine.runner != runner { epoch.add(1, ordering: .releasing) }
+    if let owner = machine.running, owner !== running {
+      owner.startedAt = Platform.monotonicNanoseconds()
+    }
+    guard machine.invariantHolds else {
       Diagnostics.internalInconsistency(
         "callers wait for \(label), which nobody runs and no hop will reach")
     }
+    return result
   }
 
   // MARK: Retained by the storage
@@ -275,11 +258,11 @@ final class Flight: @unchecked Sendable {
   }
 }
 
-/// The thread running a flight's attempts, and the call whose attempt it started with.
+/// The thread running a flight's attempts, the call whose attempt runs, and since when.
 struct Runner {
   let thread: ThreadID
   let site: CallSite
-  let since = Platform.monotonicNanoseconds()
+  let since: UInt64
 }
 
 /// How a caller's wait ended: an attempt succeeded (its own or another's); its own attempt
@@ -288,12 +271,21 @@ enum Resolution {
   case done
   case failed(any Error)
   case cancelled
+
+  /// The machine's verdict, with the error of the attempt that failed.
+  init(_ verdict: Verdict, failure: (any Error)?) {
+    switch verdict {
+    case .done: self = .done
+    case .failed: self = .failed(failure!)
+    case .cancelled: self = .cancelled
+    }
+  }
 }
 
 /// One caller of a flight, with the attempt it brought and how to tell it the end.
 final class Waiter: @unchecked Sendable {
   // This is safe because the variables are only read and written under `OnceCell.lock`, but
-  // for three reads after it: `resolution`, which is written once under the lock before the
+  // for the reads after it: `resolution`, which is written once under the lock before the
   // caller is told and read by the caller after it is told (through the lock, the parking's
   // semaphore or the continuation, each of which orders the two); `kind` and `resolution`,
   // which `Wakes.deliver` reads after the lock is released, on the thread that resolved the
@@ -318,11 +310,13 @@ final class Waiter: @unchecked Sendable {
   /// The caller's attempt; `nil` once resolved.
   @exclusivity(unchecked) var attempt: Attempt?
   /// The storage the caller borrows until it is resolved; `nil` for a completion-form call.
-  @exclusivity(unchecked) var storage: UnsafePointer<_OnceWord>?
-  /// Set while the caller's attempt runs: from then on it waits for that attempt's result.
-  @exclusivity(unchecked) var isRunning = false
-  /// Set when a task's caller is cancelled before it has queued: it never will.
-  @exclusivity(unchecked) var isWithdrawn = false
+  /// Read only while the caller is not resolved, or by the flight that resolves it as done.
+  let storage: UnsafePointer<_OnceWord>?
+  /// Where the caller is in its wait: the machine's, through ``WaiterQueue``.
+  @exclusivity(unchecked) var phase = CallerPhase.arriving
+  /// When its attempt started, while it runs.
+  @exclusivity(unchecked) var startedAt: UInt64 = 0
+  /// The flight it queued in, until it is resolved.
   @exclusivity(unchecked) var flight: Flight?
   /// The caller queued behind this one (see ``WaiterQueue``).
   @exclusivity(unchecked) var next: Waiter?
@@ -352,8 +346,6 @@ struct Wakes {
   /// completion handler is submitted right away, in order.
   mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
     waiter.attempt = nil
-    waiter.isRunning = false
-    waiter.storage = nil
     waiter.flight = nil
     waiter.resolution = resolution
     waiter.isResolved.store(true, ordering: .releasing)

@@ -1,10 +1,18 @@
-/// The callers queued in a flight, in arrival order: a list threaded through the waiters, so
-/// that queueing one allocates nothing. Under the lock.
-struct WaiterQueue: Sequence {
+/// The callers of a flight, in arrival order: a list threaded through the waiters, so that
+/// queueing one allocates nothing; each caller's phase is kept in its waiter. Under the lock.
+struct WaiterQueue: Sequence, FlightCallers {
+  typealias Thread = ThreadID
+
   private var head: Waiter?
   private var tail: Waiter?
 
   var isEmpty: Bool { head == nil }
+
+  func phase(of waiter: Waiter) -> CallerPhase { waiter.phase }
+
+  func setPhase(_ phase: CallerPhase, of waiter: Waiter) { waiter.phase = phase }
+
+  func borrowsStorage(_ waiter: Waiter) -> Bool { waiter.storage != nil }
 
   mutating func append(_ waiter: Waiter) {
     waiter.next = nil
@@ -12,7 +20,6 @@ struct WaiterQueue: Sequence {
     tail = waiter
   }
 
-  /// Takes `waiter` out, if it is in.
   mutating func remove(_ waiter: Waiter) {
     var previous: Waiter?
     var current = head
@@ -26,12 +33,18 @@ struct WaiterQueue: Sequence {
     waiter.next = nil
   }
 
-  mutating func removeAll() {
-    while let waiter = head {
-      head = waiter.next
-      waiter.next = nil
-    }
-    tail = nil
+  func first(where predicate: (Waiter) -> Bool) -> Waiter? {
+    var current = head
+    while let waiter = current, !predicate(waiter) { current = waiter.next }
+    return current
+  }
+
+  mutating func removeFirst() -> Waiter? {
+    guard let waiter = head else { return nil }
+    head = waiter.next
+    if head == nil { tail = nil }
+    waiter.next = nil
+    return waiter
   }
 
   func makeIterator() -> Iterator { Iterator(current: head) }

@@ -1,0 +1,538 @@
+import Foundation
+import Testing
+
+@testable import MainOnce
+
+/// The engine's state machine, run over every state that small configurations of callers can
+/// reach: the spirit of Rust's `loom` or a TLA+ model, with the engine's own transition code.
+@Suite("The once-cell's state machine is safe and live in every reachable state")
+struct FlightMachineTests {
+  @Test(
+    "every mix of up to three callers, with hops, throws, cancellations and a freed token",
+    arguments: Model.Form.mixes(upTo: 3))
+  func everyMixOfUpToThreeCallers(forms: [Model.Form]) {
+    let exploration = Model.explore(forms)
+    #expect(exploration.violations == [], "\(forms)")
+    #expect(exploration.states > forms.count)
+  }
+
+  @Test(
+    "two callers of each form, and three of each of any three forms, interleaved every way",
+    .serialized,
+    .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
+    arguments: [Model.Form.allCases + Model.Form.allCases]
+      + Model.Form.allCases.map { left in
+        let forms = Model.Form.allCases.filter { $0 != left }
+        return forms + forms + forms
+      })
+  func largerConfigurations(forms: [Model.Form]) async throws {
+    // Seconds of work each: on a thread of its own, one at a time, so that it never holds up
+    // the cooperative pool that the rest of the suite runs on.
+    let exploration = try #require(await onThread(timeout: .seconds(600)) { Model.explore(forms) })
+    #expect(exploration.violations == [])
+    #expect(exploration.states > 10_000)
+  }
+
+  @Test("the table in the source and in the documentation is the transitions the machine makes")
+  func tablesAreTheMachinesTransitions() throws {
+    var observed = Set<Model.Transition>()
+    for forms in Model.Form.mixes(upTo: 3) { observed.formUnion(Model.explore(forms).transitions) }
+    let machine = try sourceFile("Sources/MainOnce/Internal/FlightMachine.swift")
+    let article = try sourceFile("Sources/MainOnce/MainOnce.docc/HowATokenMoves.md")
+    let inSource = Model.Transition.rows(in: machine, linePrefix: "// ")
+    let inArticle = Model.Transition.rows(in: article, linePrefix: "")
+    #expect(inSource == observed, "missing: \(observed.subtracting(inSource))")
+    #expect(inArticle == observed, "missing: \(observed.subtracting(inArticle))")
+  }
+
+  @Test("a broken machine is caught: a hop that is never sent leaves callers without a runner")
+  func explorationCatchesALostHop() {
+    let exploration = Model.explore([.workerBlocking, .workerBlocking], losesHops: true)
+    #expect(exploration.violations.contains { $0.contains("never resolved") })
+  }
+}
+
+/// Reads a file of the package, by its path from the package's root.
+private func sourceFile(_ path: String) throws -> String {
+  let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .deletingLastPathComponent().deletingLastPathComponent()
+  return try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
+}
+
+/// A model of one once-cell and its world: callers of each form, the main thread, the hops on
+/// the main queue and the token's storage. Its transitions call ``FlightMachine``'s, as the
+/// engine does, and check every promise of the machine after each.
+enum Model {
+  /// How a caller calls.
+  enum Form: Hashable, CaseIterable, CustomStringConvertible, Sendable {
+    /// A blocking call in main context: it runs the queue itself.
+    case mainBlocking
+    /// A blocking call on a worker thread: it parks.
+    case workerBlocking
+    /// An `await` call: it suspends, and may be cancelled.
+    case task
+    /// A completion-form call: it leaves a handler and returns.
+    case handler
+
+    var description: String {
+      switch self {
+      case .mainBlocking: "main"
+      case .workerBlocking: "worker"
+      case .task: "task"
+      case .handler: "handler"
+      }
+    }
+
+    var borrowsStorage: Bool { self != .handler }
+
+    /// Every multiset of forms with one to `count` callers.
+    static func mixes(upTo count: Int) -> [[Form]] {
+      guard count > 0 else { return [] }
+      let shorter = mixes(upTo: count - 1)
+      let longest = ([[]] + shorter).filter { $0.count == count - 1 }.flatMap { mix in
+        let from = mix.last.map { allCases.firstIndex(of: $0)! } ?? 0
+        return allCases[from...].map { mix + [$0] }
+      }
+      return shorter + longest
+    }
+  }
+
+  /// The callers as the machine sees them: plain values packed in words, so that a state can be
+  /// copied, compared and hashed fast.
+  struct Callers: FlightCallers, Hashable {
+    typealias Caller = Int
+    typealias Thread = Int
+
+    var phases = Packed<CallerPhase>()
+    let borrows: Packed<Bool>
+    var order = PackedQueue()
+
+    var isEmpty: Bool { order.count == 0 }
+    func phase(of caller: Int) -> CallerPhase { phases[caller] }
+    mutating func setPhase(_ phase: CallerPhase, of caller: Int) { phases[caller] = phase }
+    func borrowsStorage(_ caller: Int) -> Bool { borrows[caller] }
+    mutating func append(_ caller: Int) { order.append(caller) }
+    mutating func remove(_ caller: Int) { order.remove(caller) }
+    func first(where predicate: (Int) -> Bool) -> Int? { order.first(where: predicate) }
+    mutating func removeFirst() -> Int? { order.removeFirst() }
+  }
+
+  /// The thread that holds the main queue, in the model. Callers' own threads are 1, 2, …
+  static let mainThread = 0
+
+  /// What the main thread does.
+  enum Main: Hashable {
+    case idle
+    /// It runs an attempt: for a main-context caller's drive (`caller`), or a hop's (`nil`).
+    case inAttempt(driver: Int?)
+  }
+
+  /// The word of the token's storage.
+  enum Word: Hashable {
+    case fresh
+    case attached
+    case published
+  }
+
+  struct World: Hashable {
+    var flight: FlightMachine<Callers>?
+    var word = Word.fresh
+    var storageIsFreed = false
+    var main = Main.idle
+    var hops = 0
+    var arrived = Packed<Bool>()
+    var cancelRequested = Packed<Bool>()
+    var verdicts = Packed<Verdict?>()
+    var successes = 0
+  }
+
+  /// One row of the table: a cell's phase, an event, the phase after it.
+  struct Transition: Hashable, CustomStringConvertible {
+    let from: String
+    let event: String
+    let to: String
+
+    var description: String { "\(from) —\(event)→ \(to)" }
+
+    /// The rows of the table in `text` whose lines start with `linePrefix` and a `|`, after its
+    /// header and separator; a row may list several events, separated by `;`.
+    static func rows(in text: String, linePrefix: String) -> Set<Transition> {
+      var rows = Set<Transition>()
+      var inTable = false
+      for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+        guard line.hasPrefix(linePrefix + "|") else {
+          inTable = false
+          continue
+        }
+        let cells = line.dropFirst(linePrefix.count).split(separator: "|")
+          .map { $0.trimmingCharacters(in: .whitespaces) }
+        if cells == ["From", "Event", "To"] {
+          inTable = true
+        } else if inTable, cells.count == 3, !cells[0].hasPrefix("-") {
+          for event in cells[1].split(separator: ";") {
+            rows.insert(
+              Transition(
+                from: cells[0], event: event.trimmingCharacters(in: .whitespaces), to: cells[2]))
+          }
+        }
+      }
+      return rows
+    }
+  }
+
+  struct Exploration {
+    var states = 0
+    var violations: [String] = []
+    var transitions = Set<Transition>()
+  }
+
+  /// Explores every state reachable by callers of `forms`, breadth first. `losesHops` breaks
+  /// the world on purpose (no hop ever runs), to show that the checks can fail.
+  static func explore(_ forms: [Form], losesHops: Bool = false) -> Exploration {
+    let start = World()
+    var exploration = Exploration()
+    var seen: Set<World> = [start]
+    var frontier = [start]
+    while let world = frontier.popLast() {
+      exploration.states += 1
+      var successors = 0
+      for event in events(in: world, forms: forms, losesHops: losesHops) {
+        var step = Step(world: world, forms: forms)
+        step.apply(event)
+        exploration.violations += step.violations.map { "\(forms) \(event): \($0)" }
+        exploration.transitions.insert(
+          Transition(from: phase(of: world), event: step.name, to: phase(of: step.world)))
+        successors += 1
+        if seen.insert(step.world).inserted { frontier.append(step.world) }
+      }
+      if successors == 0 {
+        for caller in forms.indices where world.arrived[caller] && world.verdicts[caller] == nil {
+          exploration.violations.append("\(forms): caller \(caller) is never resolved")
+        }
+      }
+      if exploration.violations.count > 10 { break }
+    }
+    return exploration
+  }
+
+  /// The cell's phase, as the table names it.
+  static func phase(of world: World) -> String {
+    switch world.word {
+    case .fresh: return "fresh"
+    case .published: return "done"
+    case .attached:
+      guard let flight = world.flight else { return "fresh" }
+      if flight.outcome != nil { return "finished" }
+      if flight.runner != nil { return "running" }
+      return flight.callers.isEmpty ? "idle" : "queued"
+    }
+  }
+
+  enum Event: CustomStringConvertible {
+    case arrive(Int)
+    case hop
+    case attemptEnds(succeeds: Bool)
+    case cancel(Int)
+    case freeStorage
+
+    var description: String {
+      switch self {
+      case .arrive(let caller): "caller \(caller) arrives"
+      case .hop: "the hop runs"
+      case .attemptEnds(let succeeds): succeeds ? "the attempt succeeds" : "the attempt throws"
+      case .cancel(let caller): "caller \(caller)'s task is cancelled"
+      case .freeStorage: "the token is freed"
+      }
+    }
+  }
+
+  /// The events that can happen next in `world`.
+  static func events(in world: World, forms: [Form], losesHops: Bool) -> [Event] {
+    var events: [Event] = []
+    let storageIsAlive = !world.storageIsFreed
+    for (caller, form) in forms.enumerated() {
+      // Callers of one form are alike until they arrive: they arrive in their order, which
+      // leaves out only states that are the same as others with the callers renamed.
+      let earlierIsOut = forms[..<caller].indices.contains {
+        forms[$0] == form && !world.arrived[$0]
+      }
+      if storageIsAlive, !world.arrived[caller], !earlierIsOut,
+        form != .mainBlocking || world.main == .idle
+      {
+        events.append(.arrive(caller))
+      }
+      if form == .task, world.verdicts[caller] == nil, !world.cancelRequested[caller] {
+        events.append(.cancel(caller))
+      }
+    }
+    // A hop runs when the main queue is free, or from a nested run loop inside an attempt.
+    if world.hops > 0, !losesHops { events.append(.hop) }
+    if case .inAttempt = world.main {
+      events.append(.attemptEnds(succeeds: true))
+      events.append(.attemptEnds(succeeds: false))
+    }
+    // The token can be freed once no caller that borrows it is inside a call.
+    let borrowerInside = forms.indices.contains { caller in
+      forms[caller].borrowsStorage && world.arrived[caller]
+        && (world.verdicts[caller] == nil || world.main == .inAttempt(driver: caller))
+    }
+    if storageIsAlive, !borrowerInside { events.append(.freeStorage) }
+    return events
+  }
+}
+
+/// One event applied to a copy of a world, as the engine applies it: under the lock, through the
+/// machine, then what the engine does with the machine's answer. Every promise is checked.
+private struct Step {
+  typealias World = Model.World
+
+  var world: World
+  let forms: [Model.Form]
+  /// The event's name in the table (callers are anonymous there).
+  var name = ""
+  var violations: [String] = []
+
+  init(world: World, forms: [Model.Form]) {
+    self.world = world
+    self.forms = forms
+  }
+
+  mutating func apply(_ event: Model.Event) {
+    switch event {
+    case .arrive(let caller): arrive(caller)
+    case .hop: hop()
+    case .attemptEnds(let succeeds): attemptEnds(succeeds: succeeds)
+    case .cancel(let caller): cancel(caller)
+    case .freeStorage:
+      name = "the token is freed"
+      world.storageIsFreed = true
+    }
+    if let flight = world.flight, !flight.invariantHolds {
+      violations.append("queued callers have no runner, no hop and no outcome")
+    }
+    if world.successes > 1 { violations.append("two attempts succeeded") }
+    if let flight = world.flight, flight.running != nil, flight.runner != Model.mainThread {
+      violations.append("an attempt runs outside main context")
+    }
+    if let flight = world.flight, flight.running != nil, case .idle = world.main {
+      violations.append("the machine runs an attempt that the main thread does not")
+    }
+  }
+
+  /// What `OnceCell.phase()` does for a caller that borrows the storage: `true` if the cell is
+  /// done (publishing a finished flight), else attaches a flight to a fresh cell.
+  private mutating func cellIsDone() -> Bool {
+    if world.word == .published { return true }
+    if let flight = world.flight, flight.outcome != nil {
+      world.word = .published
+      return true
+    }
+    if world.flight == nil {
+      world.flight = FlightMachine(
+        callers: Model.Callers(borrows: Packed(forms.map(\.borrowsStorage))))
+      world.word = .attached
+    }
+    return false
+  }
+
+  private mutating func arrive(_ caller: Int) {
+    world.arrived[caller] = true
+    let form = forms[caller]
+    if cellIsDone() {
+      name = "a caller arrives"
+      return resolve(caller, .done)
+    }
+    let inMain = form == .mainBlocking
+    let thread: Int? =
+      switch form {
+      case .mainBlocking: Model.mainThread
+      case .workerBlocking: caller + 1
+      case .task, .handler: nil
+      }
+    let isCancelled = world.cancelRequested[caller]
+    let runningBefore = world.flight!.running
+    let arrival = world.flight!.arrive(
+      caller, on: thread, inMainContext: inMain, isCancelled: isCancelled)
+    switch arrival {
+    case .cancelled:
+      name = "a cancelled task arrives"
+      if !isCancelled { violations.append("a caller that was not cancelled was told so") }
+      resolve(caller, .cancelled)
+    case .reentrant:
+      violations.append("a caller was taken for a re-entrant one")
+    case .runByAnotherThread:
+      violations.append("the main queue was held twice")
+    case .wait(let sendsHop):
+      name = inMain ? "a caller in main context arrives" : "a caller elsewhere arrives"
+      if inMain { violations.append("a caller in main context was told to wait") }
+      if world.flight!.running != runningBefore {
+        violations.append("an attempt started for a caller outside main context")
+      }
+      if sendsHop { world.hops += 1 }
+    case .drive(let first):
+      name = "a caller in main context arrives"
+      if !inMain { violations.append("a caller outside main context was told to drive") }
+      guard first != nil else { return violations.append("a driver found nothing to run") }
+      world.main = .inAttempt(driver: caller)
+    }
+    // A main-context caller inside its own attempt that calls again is re-entrant.
+    if case .inAttempt = world.main,
+      let other = forms.indices.first(where: {
+        forms[$0] == .mainBlocking && !world.arrived[$0]
+      })
+    {
+      var copy = world.flight!
+      guard case .reentrant = copy.arrive(other, on: Model.mainThread, inMainContext: true) else {
+        return violations.append("a call from inside the running attempt was not re-entrant")
+      }
+    }
+  }
+
+  private mutating func hop() {
+    world.hops -= 1
+    name = "the hop runs"
+    switch world.flight!.mainQueueReached(on: Model.mainThread, isHop: true) {
+    case .runByAnotherThread: violations.append("the main queue was held twice")
+    case .drive(let first):
+      guard let first else { return }
+      if world.main != .idle { violations.append("a nested hop started attempt \(first)") }
+      world.main = .inAttempt(driver: nil)
+    }
+  }
+
+  private mutating func attemptEnds(succeeds: Bool) {
+    guard case .inAttempt(let driver) = world.main, let owner = world.flight?.running else {
+      return violations.append("an attempt ended that nobody ran")
+    }
+    name = succeeds ? "the attempt succeeds" : "the attempt throws"
+    if succeeds { world.successes += 1 }
+    var told: [(Int, Verdict)] = []
+    let borrower = world.flight!.finish(owner, with: succeeds ? 2 : nil) { told.append(($0, $1)) }
+    for (caller, verdict) in told { resolve(caller, verdict) }
+    if let borrower {
+      if world.storageIsFreed { violations.append("published into a freed token") }
+      if !forms[borrower].borrowsStorage { violations.append("published through a handler") }
+      if !told.contains(where: { $0.0 == borrower }) {
+        violations.append("published through a caller that was not waiting")
+      }
+      world.word = .published
+    } else if succeeds, told.contains(where: { forms[$0.0].borrowsStorage }) {
+      violations.append("a borrower was told done and the value was not published")
+    }
+    if let next = world.flight!.startNextAttempt(on: Model.mainThread) {
+      if world.successes > 0 { violations.append("attempt of \(next) started after a success") }
+      return
+    }
+    world.main = .idle
+    if let driver, world.verdicts[driver] == nil {
+      violations.append("caller \(driver) drove the queue and returned unresolved")
+    }
+  }
+
+  private mutating func cancel(_ caller: Int) {
+    name = "a task is cancelled"
+    // The engine's cancellation handler: a caller not queued yet is told at its arrival.
+    guard world.arrived[caller], world.verdicts[caller] == nil else {
+      world.cancelRequested[caller] = true
+      return
+    }
+    var told: [(Int, Verdict)] = []
+    world.flight?.cancel(caller) { told.append(($0, $1)) }
+    for (caller, verdict) in told { resolve(caller, verdict) }
+    world.cancelRequested[caller] = true
+  }
+
+  private mutating func resolve(_ caller: Int, _ verdict: Verdict) {
+    if let earlier = world.verdicts[caller] {
+      violations.append("caller \(caller) was resolved twice: \(earlier), then \(verdict)")
+    }
+    if verdict == .done, world.successes == 0, world.word != .published {
+      violations.append("caller \(caller) was told done before any attempt succeeded")
+    }
+    world.verdicts[caller] = verdict
+  }
+}
+
+/// A value that fits in a few bits, for ``Packed``.
+protocol PackedElement {
+  static var width: Int { get }
+  static func decode(_ bits: UInt64) -> Self
+  var encoded: UInt64 { get }
+}
+
+/// Up to 16 small values in one word.
+struct Packed<Element: PackedElement>: Hashable {
+  private var bits: UInt64 = 0
+
+  init() {}
+
+  init(_ elements: [Element]) {
+    for (index, element) in elements.enumerated() { self[index] = element }
+  }
+
+  subscript(index: Int) -> Element {
+    get {
+      Element.decode((bits >> UInt64(index * Element.width)) & (1 << Element.width - 1))
+    }
+    set {
+      let shift = UInt64(index * Element.width)
+      bits = bits & ~((1 << Element.width - 1) << shift) | newValue.encoded << shift
+    }
+  }
+}
+
+extension Bool: PackedElement {
+  static var width: Int { 1 }
+  static func decode(_ bits: UInt64) -> Bool { bits == 1 }
+  var encoded: UInt64 { self ? 1 : 0 }
+}
+
+extension CallerPhase: PackedElement {
+  private static let all: [CallerPhase] = [.arriving, .queued, .running, .resolved]
+  static var width: Int { 2 }
+  static func decode(_ bits: UInt64) -> CallerPhase { all[Int(bits)] }
+  var encoded: UInt64 { UInt64(Self.all.firstIndex(of: self)!) }
+}
+
+extension Optional: PackedElement where Wrapped == Verdict {
+  private static let all: [Verdict?] = [nil, .done, .failed, .cancelled]
+  static var width: Int { 2 }
+  static func decode(_ bits: UInt64) -> Verdict? { all[Int(bits)] }
+  var encoded: UInt64 { UInt64(Self.all.firstIndex(of: self)!) }
+}
+
+/// A queue of up to 15 caller numbers below 16, in one word.
+struct PackedQueue: Hashable {
+  private var entries = Packed<Nibble>()
+  private(set) var count = 0
+
+  private struct Nibble: PackedElement {
+    let value: Int
+    static var width: Int { 4 }
+    static func decode(_ bits: UInt64) -> Nibble { Nibble(value: Int(bits)) }
+    var encoded: UInt64 { UInt64(value) }
+  }
+
+  mutating func append(_ caller: Int) {
+    entries[count] = Nibble(value: caller)
+    count += 1
+  }
+
+  mutating func remove(_ caller: Int) {
+    guard let index = (0..<count).first(where: { entries[$0].value == caller }) else { return }
+    for next in index..<count - 1 { entries[next] = entries[next + 1] }
+    count -= 1
+    entries[count] = Nibble(value: 0)
+  }
+
+  func first(where predicate: (Int) -> Bool) -> Int? {
+    (0..<count).lazy.map { entries[$0].value }.first(where: predicate)
+  }
+
+  mutating func removeFirst() -> Int? {
+    guard count > 0 else { return nil }
+    let first = entries[0].value
+    remove(first)
+    return first
+  }
+}
