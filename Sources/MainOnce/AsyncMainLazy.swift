@@ -256,7 +256,7 @@ final class AsyncBuild: @unchecked Sendable {
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
   /// on the slow path, for a few instructions at a time.
-  static let lock = Lock()
+  static let lock = Lock(rank: .asyncBuild)
 
   /// A lazy value's build in flight, if any; guarded by ``lock``.
   final class Slot: @unchecked Sendable {

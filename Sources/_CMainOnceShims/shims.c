@@ -78,6 +78,7 @@ static void record_inside_sync(void *context) {
 
 __thread void *mainonce_thread_record_slot __attribute__((tls_model("initial-exec")));
 __thread void *mainonce_object_cells_slot __attribute__((tls_model("initial-exec")));
+__thread uint32_t mainonce_held_lock_ranks_slot __attribute__((tls_model("initial-exec")));
 
 int32_t mainonce_thread_id(void) {
 #if defined(__linux__)

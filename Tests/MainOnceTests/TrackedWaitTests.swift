@@ -72,7 +72,9 @@ struct TrackedWaitTests {
       let other = Locked<(WaitTarget, Int32)?>(nil)
       let never = DispatchSemaphore(value: 0)
       Thread {
-        other.withLock { $0 = (.currentThread, KernelThread.current) }
+        // Made before the lock is taken: making the thread's record takes a lock of its own.
+        let target = (WaitTarget.currentThread, KernelThread.current)
+        other.withLock { $0 = target }
         never.wait(for: me)
       }.start()
       // The other thread sleeps in its wait (bounded: then the cycle is closed the other way).
@@ -228,7 +230,9 @@ struct TrackedWaitTests {
       let otherDone = DispatchSemaphore(value: 0)
       let timedOut = Locked(false)
       Thread {
-        other.withLock { $0 = (.currentThread, KernelThread.current) }
+        // Made before the lock is taken: making the thread's record takes a lock of its own.
+        let target = (WaitTarget.currentThread, KernelThread.current)
+        other.withLock { $0 = target }
         _ = never.wait(for: me, timeout: .now() + .milliseconds(500))  // times out
         timedOut.withLock { $0 = true }
         otherDone.signal()

@@ -1,3 +1,5 @@
+internal import _CMainOnceShims
+
 #if canImport(Glibc)
   internal import Glibc
 #elseif canImport(Musl)
@@ -16,8 +18,10 @@
 final class Lock: @unchecked Sendable {
   // This is safe because the mutex is only used through pthread calls, which synchronize.
   private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+  let rank: LockRank
 
-  init() {
+  init(rank: LockRank) {
+    self.rank = rank
     mutex = .allocate(capacity: 1)
     mutex.initialize(to: pthread_mutex_t())
     #if os(Linux)
@@ -44,6 +48,10 @@ final class Lock: @unchecked Sendable {
   func withLock<Result, Failure: Error>(
     _ body: () throws(Failure) -> Result
   ) throws(Failure) -> Result {
+    #if DEBUG
+      rank.willLock()
+      defer { rank.didUnlock() }
+    #endif
     Self.check(pthread_mutex_lock(mutex), "pthread_mutex_lock")
     defer { Self.check(pthread_mutex_unlock(mutex), "pthread_mutex_unlock") }
     return try body()
@@ -56,12 +64,15 @@ final class Lock: @unchecked Sendable {
 
 /// State guarded by a ``Lock``: reachable only inside ``withLock(_:)``.
 final class Locked<State> {
-  private let lock = Lock()
+  private let lock: Lock
   // Unchecked: the lock already makes every access exclusive.
   @exclusivity(unchecked) private var state: State
 
-  init(_ state: State) {
+  /// State guarded by a lock of its own, of rank `rank` (by default a leaf: one that is never
+  /// held while another lock is taken).
+  init(_ state: State, rank: LockRank = .leaf) {
     self.state = state
+    lock = Lock(rank: rank)
   }
 
   func withLock<Result, Failure: Error>(
@@ -77,3 +88,45 @@ final class Locked<State> {
 // is not `Sendable` (one holding a non-`Sendable` reference, say) would let two threads use the
 // object it refers to outside the lock.
 extension Locked: @unchecked Sendable where State: Sendable {}
+
+/// The order in which a thread may take MainOnce's locks: while it holds one, only locks of a
+/// higher rank. In debug builds every lock checks it, from a thread-local mask of the ranks the
+/// thread holds, so that any path that takes two locks in the other order stops the tests with a
+/// message naming both, whether or not two threads ever meet there; release builds check
+/// nothing. (ThreadSanitizer cannot do this here: the toolchain's TSan v3 reports no lock-order
+/// inversion of two `pthread_mutex_t`s, measured with a C program built with
+/// `-fsanitize=thread`.)
+enum LockRank: UInt32, CaseIterable {
+  /// ``WaitBoard``'s lock, held while the deadlock detector reads every published wait (and asks
+  /// each for its blockers, under its cell's lock).
+  case waitBoard
+  /// ``ObjectCells``'s table of per-object cells.
+  case objectCells
+  /// ``OnceCell/lock``: every main-queue flight.
+  case onceCell
+  /// ``RunOnceCell/lock``: every `runOnce(for:)` run.
+  case runOnceCell
+  /// ``AsyncBuild/lock``: every `AsyncMainLazy` build.
+  case asyncBuild
+  /// A lock that is never held while another is taken.
+  case leaf
+
+  #if DEBUG
+    /// Records that the calling thread takes a lock of this rank, after checking the order.
+    func willLock() {
+      let held = mainonce_held_lock_ranks()
+      let bit = UInt32(1) << rawValue
+      if held >= bit {
+        let holding = Self.allCases.filter { held & (1 << $0.rawValue) != 0 }
+        Diagnostics.internalInconsistency(
+          "lock order: taking the \(self) lock while holding \(holding.map { "\($0)" })")
+      }
+      mainonce_set_held_lock_ranks(held | bit)
+    }
+
+    /// Records that the calling thread let go of its lock of this rank.
+    func didUnlock() {
+      mainonce_set_held_lock_ranks(mainonce_held_lock_ranks() & ~(UInt32(1) << rawValue))
+    }
+  #endif
+}

@@ -101,7 +101,7 @@ enum ObjectCells {
     }
   }
 
-  static let table = Locked(Table())
+  static let table = Locked(Table(), rank: .objectCells)
 
   /// Whether `object`'s `site` is done, as the calling thread's cache knows it: `false` when
   /// the cache does not know. The fast path of the per-object calls.

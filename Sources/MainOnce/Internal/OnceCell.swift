@@ -84,7 +84,7 @@ struct OnceCell {
   let label: CellLabel
 
   /// The lock that guards every flight and every store to a cell's word.
-  static let lock = Lock()
+  static let lock = Lock(rank: .onceCell)
 
   /// The cell's phase, as the callers see it.
   enum Phase {

@@ -66,7 +66,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   }
 
   /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time.
-  static let lock = Lock()
+  static let lock = Lock(rank: .runOnceCell)
 
   /// The run in progress, if any.
   private(set) var current: Run?

@@ -23,7 +23,7 @@ enum WaitBoard {
   /// Every live thread record, by thread: those the detector reads.
   private static let records = Locked<[ThreadID: ThreadRecord]>([:])
   private static let readers = Atomic(0)
-  private static let lock = Lock()
+  private static let lock = Lock(rank: .waitBoard)
 
   static func register(_ record: ThreadRecord) {
     records.withLock {

@@ -117,6 +117,16 @@ extern __thread void *_Nullable mainonce_thread_record_slot
 extern __thread void *_Nullable mainonce_object_cells_slot
     __attribute__((tls_model("initial-exec")));
 
+/// The ranks of the locks the calling thread holds, one bit a rank: debug builds check the
+/// order in which a thread takes MainOnce's locks against it. Written only by its own thread.
+extern __thread uint32_t mainonce_held_lock_ranks_slot __attribute__((tls_model("initial-exec")));
+
+static inline uint32_t mainonce_held_lock_ranks(void) { return mainonce_held_lock_ranks_slot; }
+
+static inline void mainonce_set_held_lock_ranks(uint32_t ranks) {
+  mainonce_held_lock_ranks_slot = ranks;
+}
+
 static inline void *_Nullable mainonce_thread_record(void) { return mainonce_thread_record_slot; }
 
 static inline void *_Nullable mainonce_object_cells(void) { return mainonce_object_cells_slot; }
