@@ -216,15 +216,23 @@ const void *mainonce_current_queue(void) {
 #endif
 }
 
-int32_t mainonce_queue_layout_self_test(void) {
+int32_t mainonce_main_queue_layout_check(void) {
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
   struct dispatch_queue_s *main = &_dispatch_main_q;
-  // The static main queue: pointers compared before the label is read.
+  // Pointers compared before the label is read.
   if (label_field(main) != dispatch_queue_get_label(main)) return 1;
   if (strcmp(label_field(main), "com.apple.main-thread") != 0) return 2;
   if (*(const uint64_t *)((const char *)main + SerialNumberOffset) != 1) return 3;
   if (!mainonce_queue_is_serial(main)) return 4;
+  return 0;
+#else
+  return -1;
+#endif
+}
 
+int32_t mainonce_queue_layout_self_test(void) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  struct dispatch_queue_s *main = &_dispatch_main_q;
   // A private serial queue, alive for the whole test.
   struct dispatch_queue_s *queue = dispatch_queue_create("mainonce.layout-self-test", NULL);
   if (queue == NULL) return 5;

@@ -1,3 +1,6 @@
+import Foundation
+import MainOnceFixtureSupport
+import Synchronization
 import Testing
 
 @testable import MainOnce
@@ -29,8 +32,7 @@ struct SettingsTests {
 
   @Test("queue introspection is on when every check passes, silently")
   func introspectionOn() {
-    let verdict = QueueOwnership.Verdict.decide(
-      setting: nil, selfTest: { 0 }, wrapperHoldsQueue: { true })
+    let verdict = QueueOwnership.Verdict.decide(setting: nil, checks: { 0 }, losing: "nothing")
     #expect(verdict == .init(isAvailable: true, warning: nil))
   }
 
@@ -38,28 +40,49 @@ struct SettingsTests {
   func introspectionOffBySetting() {
     let verdict = QueueOwnership.Verdict.decide(
       setting: false,
-      selfTest: {
-        Issue.record("self-test ran"); return 0
-      },
-      wrapperHoldsQueue: { true })
+      checks: {
+        Issue.record("the checks ran"); return 0
+      }, losing: "nothing")
     #expect(verdict == .init(isAvailable: false, warning: nil))
   }
 
   @Test(
     "any other fallback is off with a warning that gives the reason",
     arguments: [
-      (Int32(3), true, "failed check 3 of MainOnce's layout self-test"),
-      (-1, true, "only on 64-bit Linux"),
-      (0, false, "does not hold its queue where expected"),
+      (Int32(3), "failed check 3 of MainOnce's layout self-test"),
+      (-1, "only on 64-bit Linux"),
+      (QueueOwnership.wrapperCheckFailed, "does not hold its queue where expected"),
     ])
-  func introspectionFallbackWarns(_ selfTest: Int32, _ wrapper: Bool, _ reason: String) throws {
+  func introspectionFallbackWarns(_ failedCheck: Int32, _ reason: String) throws {
     let verdict = QueueOwnership.Verdict.decide(
-      setting: true, selfTest: { selfTest }, wrapperHoldsQueue: { wrapper })
+      setting: true, checks: { failedCheck }, losing: "which cannot see the test")
     #expect(!verdict.isAvailable)
     let warning = try #require(verdict.warning)
     #expect(warning.hasPrefix("MainOnce: queue introspection is off: "))
     #expect(warning.contains(reason), "\(warning)")
+    #expect(warning.contains("which cannot see the test"))
     #expect(warning.contains("MAINONCE_QUEUE_INTROSPECTION=off"))
+  }
+
+  @Test("a first call checks the main queue by reading it only, and its hop confirms the owner")
+  func firstCallOnlyReadsTheMainQueue() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      let token = MainOnceToken("first call of a process")
+      // A worker's first call: it reads the main queue's layout, and sends a hop.
+      let done = DispatchSemaphore(value: 0)
+      Thread {
+        onceOnMain(token: token) {}
+        done.signal()
+      }.start()
+      guard done.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(2) }
+      let confirmed = QueueOwnership.availability.load(ordering: .relaxed)
+      let otherQueues = QueueOwnership.queueAvailability.load(ordering: .relaxed)
+      // No private queue was made and synced on: the other queues' layout is still unchecked.
+      exit(
+        confirmed == QueueOwnership.Availability.confirmed.rawValue
+          && otherQueues == QueueOwnership.Availability.undecided.rawValue ? 0 : 1)
+    }
   }
 
   @Test(

@@ -184,8 +184,10 @@ enum MainQueueEngine {
   /// Drives `flight` here, in main context, unless it has finished or is driven already: the
   /// body of a hop (`isHop`: it clears the hop's mark), and a main-queue wait that serves
   /// initializers. Checks, in release builds too, that the caller holds the main queue: an
-  /// attempt never starts anywhere else.
+  /// attempt never starts anywhere else. The first hop confirms what the main queue's lock word
+  /// means (``QueueOwnership/confirmOwnerOfMainQueue(is:)``) before it is relied on here.
   static func driveUnlessDriven(_ flight: Flight, on thread: ThreadRecord, isHop: Bool) {
+    if isHop { QueueOwnership.confirmOwnerOfMainQueue(is: thread.id) }
     guard MainContext.isCurrent(on: thread) else {
       Diagnostics.internalInconsistency(
         "\(thread.id) would run \(flight.label) without holding the main queue")

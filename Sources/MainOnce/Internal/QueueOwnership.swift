@@ -12,11 +12,14 @@ internal import _CMainOnceShims
 /// another queue's `sync`, so MainOnce reads the word itself.
 ///
 /// The main queue is reached by link-time reference (the C shim), so this works the same in
-/// dynamic, `--static-swift-stdlib` and fully static binaries. Before the first read, MainOnce
-/// verifies the layout without touching any object it does not own or keep alive: the shim's
-/// self-test (see `mainonce_queue_layout_self_test`), and for queues handed in as Swift
-/// `DispatchQueue` objects, that the overlay's wrapper holds the queue libdispatch runs. If a
-/// check fails, MainOnce says so once on standard error and falls back to public signals (see
+/// dynamic, `--static-swift-stdlib` and fully static binaries. Before the first read of the main
+/// queue, MainOnce checks its layout by reading it only (`mainonce_main_queue_layout_check`), and
+/// the first hop confirms what the lock word means: a block running on the main queue must read
+/// its own thread as the owner. Other queues, which only the tracked waits read (`trackedSync`,
+/// `WaitTarget.queue`), are checked at the first such read, by a self-test that creates private
+/// queues and runs `dispatch_sync_f` on one (`mainonce_queue_layout_self_test`), and by checking
+/// that the Dispatch overlay's `DispatchQueue` holds the queue libdispatch runs. If a check
+/// fails, MainOnce says so once on standard error and falls back to public signals (see
 /// ``MainContext``); `MAINONCE_QUEUE_INTROSPECTION=off` turns it off silently.
 enum QueueOwnership {
   /// Who owns a queue.
@@ -29,26 +32,79 @@ enum QueueOwnership {
     case unknown
   }
 
-  /// Whether queue ownership can be read in this process: decided once, at first use. One
-  /// relaxed load once decided (reading a lazy `static let` would call `swift_once` each time).
+  /// Whether the main queue's owner can be read in this process: decided at first use, by
+  /// reading the main queue only, and turned off if the first hop disagrees. One relaxed load
+  /// once decided (reading a lazy `static let` would call `swift_once` each time).
   static var isAvailable: Bool {
-    let known = availability.load(ordering: .relaxed)
-    if known != 0 { return known == 1 }
-    let isAvailable = verdict.isAvailable
-    availability.store(isAvailable ? 1 : 2, ordering: .relaxed)
-    return isAvailable
+    let known = Availability(rawValue: availability.load(ordering: .relaxed))!
+    if known != .undecided { return known != .unavailable }
+    let verdict = Verdict.decide(
+      setting: Settings.introspection, checks: { mainonce_main_queue_layout_check() },
+      losing: "which cannot see a sync nested in a main-queue block after dispatchMain()")
+    return decided(verdict, in: availability)
   }
 
-  /// ``isAvailable`` once decided: 1 yes, 2 no, 0 not yet.
-  private static let availability = Atomic<UInt8>(0)
-
-  private static let verdict: Verdict = {
+  /// Whether queues other than the main queue can be read: their owner, width and target.
+  /// Decided at the first such read, by a self-test that creates private queues and syncs on
+  /// one: only the tracked waits ask, never a once-cell's caller.
+  static var queuesAreReadable: Bool {
+    guard isAvailable else { return false }
+    let known = Availability(rawValue: queueAvailability.load(ordering: .relaxed))!
+    if known != .undecided { return known != .unavailable }
     let verdict = Verdict.decide(
-      setting: Settings.introspection, selfTest: { mainonce_queue_layout_self_test() },
-      wrapperHoldsQueue: wrapperHoldsQueue)
-    if let warning = verdict.warning { DeadlockReport.warning(warning).deliver(at: nil) }
-    return verdict
-  }()
+      setting: Settings.introspection,
+      checks: { wrapperHoldsQueue() ? mainonce_queue_layout_self_test() : wrapperCheckFailed },
+      losing: "which cannot see who holds a queue that trackedSync waits for")
+    return decided(verdict, in: queueAvailability)
+  }
+
+  /// What is known of a layout.
+  enum Availability: UInt8 {
+    case undecided
+    /// Checked; for the main queue, not yet confirmed by a hop.
+    case available
+    case unavailable
+    /// The main queue's owner read as the thread of a hop running on it.
+    case confirmed
+  }
+
+  /// What is known of the main queue's layout, and of other queues'.
+  static let availability = Atomic<UInt8>(Availability.undecided.rawValue)
+  static let queueAvailability = Atomic<UInt8>(Availability.undecided.rawValue)
+
+  /// Records `verdict` in `state` and warns, once, if it is a fallback; returns whether the
+  /// layout can be read. Racing first uses decide alike, and only the first to record warns.
+  private static func decided(_ verdict: Verdict, in state: borrowing Atomic<UInt8>) -> Bool {
+    let value: Availability = verdict.isAvailable ? .available : .unavailable
+    let (recorded, _) = state.compareExchange(
+      expected: Availability.undecided.rawValue, desired: value.rawValue, ordering: .relaxed)
+    if recorded, let warning = verdict.warning { DeadlockReport.warning(warning).deliver(at: nil) }
+    return verdict.isAvailable
+  }
+
+  /// Confirms, from a hop (a block running on the main queue, on `thread`), that the main
+  /// queue's lock word names the thread that runs it; turns introspection off with a warning
+  /// if it does not. One relaxed load once confirmed.
+  static func confirmOwnerOfMainQueue(is thread: ThreadID) {
+    guard availability.load(ordering: .relaxed) == Availability.available.rawValue,
+      let main = mainonce_main_queue()
+    else { return }
+    let owner = owner(at: main)
+    let confirmed = owner == .thread(thread)
+    let (recorded, _) = availability.compareExchange(
+      expected: Availability.available.rawValue,
+      desired: (confirmed ? Availability.confirmed : .unavailable).rawValue, ordering: .relaxed)
+    guard recorded, !confirmed else { return }
+    DeadlockReport.warning(
+      Verdict.fallbackWarning(
+        reason: "a block on the main queue, on \(thread), read the queue's owner as \(owner)",
+        losing: "which cannot see a sync nested in a main-queue block after dispatchMain()")
+    ).deliver(at: nil)
+  }
+
+  /// The check number for a Dispatch overlay whose `DispatchQueue` does not hold its queue where
+  /// MainOnce reads it.
+  static let wrapperCheckFailed: Int32 = 100
 
   /// Whether the main queue is still bound to the main thread, as it is until `dispatchMain()`.
   /// Without introspection, assumed to be: a stall report asks only about a main thread that is
@@ -66,7 +122,8 @@ enum QueueOwnership {
   /// The owner of `queue`, if it is a serial queue whose state MainOnce can read.
   static func owner(of queue: DispatchQueue) -> Owner {
     withExtendedLifetime(queue) {
-      guard isAvailable, let pointer = wrapped(queue), mainonce_queue_is_serial(pointer) else {
+      guard queuesAreReadable, let pointer = wrapped(queue), mainonce_queue_is_serial(pointer)
+      else {
         return .unknown
       }
       return owner(at: pointer)
@@ -76,14 +133,14 @@ enum QueueOwnership {
   /// Whether `queue` is the main queue. (`DispatchQueue.main` makes a new wrapper object on
   /// every access, so identity comparison does not work.)
   static func isMainQueue(_ queue: DispatchQueue) -> Bool {
-    guard isAvailable else { return queue.label == DispatchQueue.main.label }
+    guard queuesAreReadable else { return queue.label == DispatchQueue.main.label }
     return withExtendedLifetime(queue) { wrapped(queue) == mainonce_main_queue() }
   }
 
   /// Whether `queue` is known to be concurrent (its width is more than one).
   static func isKnownConcurrent(_ queue: DispatchQueue) -> Bool {
     withExtendedLifetime(queue) {
-      guard isAvailable, let pointer = wrapped(queue) else { return false }
+      guard queuesAreReadable, let pointer = wrapped(queue) else { return false }
       return !mainonce_queue_is_serial(pointer)
     }
   }
@@ -122,32 +179,35 @@ extension QueueOwnership {
     /// A line for standard error when MainOnce falls back for a reason other than the setting.
     let warning: String?
 
-    static func decide(
-      setting: Bool?, selfTest: () -> Int32, wrapperHoldsQueue: () -> Bool
-    ) -> Verdict {
+    /// The verdict for a layout whose `checks` return 0 if they pass, -1 where MainOnce does
+    /// not know it, or the number of the first that failed; `losing` says what the fallback
+    /// cannot see.
+    static func decide(setting: Bool?, checks: () -> Int32, losing: String) -> Verdict {
       if setting == false { return Verdict(isAvailable: false, warning: nil) }
       #if os(Linux)
-        let failedCheck = selfTest()
+        let failedCheck = checks()
         let reason: String
         if failedCheck == -1 {
           reason = "MainOnce knows libdispatch's queue layout only on 64-bit Linux"
+        } else if failedCheck == wrapperCheckFailed {
+          reason = "the Dispatch overlay's DispatchQueue does not hold its queue where expected"
         } else if failedCheck != 0 {
           reason = "this libdispatch failed check \(failedCheck) of MainOnce's layout self-test"
-        } else if !wrapperHoldsQueue() {
-          reason = "the Dispatch overlay's DispatchQueue does not hold its queue where expected"
         } else {
           return Verdict(isAvailable: true, warning: nil)
         }
         return Verdict(
-          isAvailable: false,
-          warning: "MainOnce: queue introspection is off: \(reason). MainOnce falls back to"
-            + " public signals, which cannot see a sync nested in a main-queue block after"
-            + " dispatchMain(); set MAINONCE_QUEUE_INTROSPECTION=off to silence this.")
+          isAvailable: false, warning: fallbackWarning(reason: reason, losing: losing))
       #else
         // On Apple platforms the main thread serves the main queue, and public signals are
         // exact.
         return Verdict(isAvailable: false, warning: nil)
       #endif
+    }
+
+    static func fallbackWarning(reason: String, losing: String) -> String {
+      "MainOnce: queue introspection is off: \(reason). MainOnce falls back to public signals,"
+        + " \(losing); set MAINONCE_QUEUE_INTROSPECTION=off to silence this."
     }
   }
 }
@@ -162,7 +222,7 @@ extension QueueOwnership {
   static func stopIfSyncWouldWaitForItself(
     on queue: DispatchQueue, at site: CallSite, thread me: ThreadID
   ) -> Owner {
-    guard isAvailable else { return .unknown }
+    guard queuesAreReadable else { return .unknown }
     return withExtendedLifetime(queue) { () -> Owner in
       guard let start = wrapped(queue) else { return .unknown }
       var first = Owner.unknown

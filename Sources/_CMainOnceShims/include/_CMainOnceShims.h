@@ -18,12 +18,17 @@ int32_t mainonce_thread_id(void);
 /// libdispatch's queue layout (anything but 64-bit Linux).
 const void *_Nullable mainonce_main_queue(void);
 
-/// Checks that libdispatch's queue layout is the one MainOnce reads: the main queue's label
-/// field holds the very pointer dispatch_queue_get_label returns, its serial number and width
-/// are 1, on a private serial queue that this function creates the owner field reads nobody
-/// outside dispatch_sync_f and the calling thread inside it, and the target field of a queue
-/// set to target it holds it. Reads only the static main queue and the queues it creates.
-/// Returns 0 when every check passes, otherwise the number of the first check that failed.
+/// Checks, by reading the static main queue only, that its layout is the one MainOnce reads:
+/// its label field holds the very pointer dispatch_queue_get_label returns, and its serial
+/// number and width are 1. Returns 0 when every check passes, otherwise the number of the first
+/// check that failed (1 to 4); -1 where MainOnce does not know the layout.
+int32_t mainonce_main_queue_layout_check(void);
+
+/// Checks what reading other queues relies on, on private queues this function creates: the
+/// label field and width of a serial queue, its owner field reading nobody outside
+/// dispatch_sync_f and the calling thread inside it, and the target field of a queue set to
+/// target it. Returns 0 when every check passes, otherwise the number of the first check that
+/// failed (5 to 13); -1 where MainOnce does not know the layout.
 int32_t mainonce_queue_layout_self_test(void);
 
 /// The kernel thread id in the low bits of `queue`'s lock word: the thread that drains it or
