@@ -138,15 +138,16 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         let (now, joined, starts, times) = AsyncBuild.lock.withLock {
           () -> (AsyncBuild.Outcome?, AsyncBuild?, Bool, Bool) in
           if _storage.isPublished { return (.built, nil, false, false) }
-          if caller.isCancelled { return (.cancelled, nil, false, false) }
-          let starts = current.build == nil
-          if starts { current.build = AsyncBuild(label: label) }
+          caller.continuation = continuation
+          guard
+            case .joins(let starts) = current.machine.arrive(
+              caller, isCancelled: caller.isCancelled)
+          else { return (.cancelled, nil, false, false) }
+          if starts { current.build = AsyncBuild(label: label, slot: current) }
           let build = current.build!
           if caller.awaitsItsOwnBuild(build) {
             Diagnostics.reentrance(label, firstCall: declaration, secondCall: declaration)
           }
-          caller.continuation = continuation
-          build.callers.append(caller)
           defer { build.isTimed = true }
           return (nil, build, starts, !build.isTimed)
         }
@@ -156,15 +157,12 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       }
     } onCancel: {
       let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
-        guard let build = current.build,
-          let index = build.callers.firstIndex(where: { $0 === caller })
-        else {
+        guard let build = current.build, current.machine.cancel(where: { $0 === caller }) else {
           caller.isCancelled = true
           return nil
         }
-        build.callers.remove(at: index)
         // Nobody is left to watch for: the next caller starts a timer again.
-        if build.callers.isEmpty { build.isTimed = false }
+        if current.machine.callers.isEmpty { build.isTimed = false }
         return build
       }
       guard let build else { return }
@@ -236,7 +234,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       current.build = nil
       build.isOver = true
       build.task = nil
-      return build.callers
+      return current.machine.buildEnded()
     }
     released = nil
     let outcome: AsyncBuild.Outcome =
@@ -251,16 +249,19 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
-  // This is safe because `callers`, `hasStarted`, `isOver`, `reportedSince`, `isTimed` and
-  // `task` are only read and written under `lock`.
+  // This is safe because `hasStarted`, `isOver`, `reportedSince`, `isTimed` and `task` are
+  // only read and written under `lock`.
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
   /// on the slow path, for a few instructions at a time.
   static let lock = Lock(rank: .asyncBuild)
 
-  /// A lazy value's build in flight, if any; guarded by ``lock``.
+  /// A lazy value's state machine (the table of `AsyncBuildMachine.swift`), and its build in
+  /// flight, if any; guarded by ``lock``.
   final class Slot: @unchecked Sendable {
-    // This is safe because `build` is only read and written under `AsyncBuild.lock`.
+    // This is safe because `machine` and `build` are only read and written under
+    // `AsyncBuild.lock`.
+    var machine = AsyncBuildMachine<Caller>()
     var build: AsyncBuild?
   }
 
@@ -338,7 +339,8 @@ final class AsyncBuild: @unchecked Sendable {
   /// only, while the build is not over: the task is alive until it ends the build.
   var task: UnsafeCurrentTask?
   let since = Platform.monotonicNanoseconds()
-  var callers: [Caller] = []
+  /// The lazy value's state, whose callers wait for this build until it is over.
+  let slot: Slot
   /// Set once the build runs on the main actor; until then it waits for the main queue.
   var hasStarted = false
   var isOver = false
@@ -348,10 +350,14 @@ final class AsyncBuild: @unchecked Sendable {
   /// Set while a timer watches the build for its callers.
   var isTimed = false
 
-  init(label: CellLabel) {
+  init(label: CellLabel, slot: Slot) {
     self.label = label
+    self.slot = slot
     marker.build = self
   }
+
+  /// The callers waiting for this build: none once it is over. Under ``lock``.
+  var callers: [Caller] { isOver ? [] : slot.machine.callers }
 
   /// Records the calling task as the build's own task. Called first thing in that task.
   func noteBuildTask() {

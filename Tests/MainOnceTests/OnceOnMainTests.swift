@@ -208,7 +208,7 @@ func waitingCallers(labelContaining text: String) -> Int {
     return OnceCell.lock.withLock { flight.queue.filter { $0.phase == .queued }.count }
   }
   if let cell = cells.first as? RunOnceCell {
-    return RunOnceCell.lock.withLock { cell.current?.waiting.count ?? 0 }
+    return RunOnceCell.lock.withLock { cell.current?.machine.waiting.count ?? 0 }
   }
   return 0
 }

@@ -6,14 +6,8 @@ internal import Synchronization
 ///
 /// A far simpler problem than the main queue's: the first caller runs its body where it is,
 /// and later callers park until it returns. If the body throws, the turn goes to the first
-/// caller that waits, which runs its own body. States, under ``lock``:
-///
-/// | State    | `word` | `current`                    | Left by                                 |
-/// | -------- | ------ | ---------------------------- | --------------------------------------- |
-/// | fresh    | 1      | nil                          | a caller starts a run                   |
-/// | running  | 1      | a run: its runner, waiting   | success: done; failure: the first       |
-/// |          |        | callers                      | waiter runs, or fresh if nobody waits   |
-/// | done     | 0      | nil                          | never                                   |
+/// caller that waits, which runs its own body. Its states and transitions are the table of
+/// `RunOnceMachine.swift`, which this cell runs under ``lock``.
 ///
 /// The word is stored with a releasing store after the body returned, and read with an
 /// acquiring load: the body's writes happen before every return. The run is an object of its
@@ -46,22 +40,14 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     }
   }
 
-  /// A run in progress: the thread running a body, since when, and the callers waiting.
+  /// A run in progress: its machine (the thread running a body, and the callers waiting).
   final class Run {
-    var runner: ThreadID
-    var since = Platform.monotonicNanoseconds()
-    var waiting: [Waiter] = []
+    var machine: RunOnceMachine<Waiter, ThreadID>
     /// Bumped whenever the runner changes, for the deadlock detector.
     let epoch = Atomic<UInt>(0)
 
     init(runner: ThreadID) {
-      self.runner = runner
-    }
-
-    func hand(to thread: ThreadID) {
-      runner = thread
-      since = Platform.monotonicNanoseconds()
-      epoch.add(1, ordering: .releasing)
+      machine = RunOnceMachine(runner: runner)
     }
   }
 
@@ -98,10 +84,11 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         current = Run(runner: thread.id)
         return .run
       }
-      if current.runner == thread.id { return .reentrant }
       let waiter = Waiter(thread: thread.id, site: site, parking: parking, cell: self)
-      current.waiting.append(waiter)
-      return .park(waiter)
+      switch current.machine.arrive(waiter, on: thread.id) {
+      case .reentrant: return .reentrant
+      case .wait: return .park(waiter)
+      }
     }
     while true {
       switch step {
@@ -118,12 +105,11 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
           try body()
         } catch {
           let next = Self.lock.withLock { () -> Waiter? in
-            guard let run = current, !run.waiting.isEmpty else {
+            guard let run = current, let next = run.machine.bodyThrew(threadOf: \.thread) else {
               current = nil
               return nil
             }
-            let next = run.waiting.removeFirst()
-            run.hand(to: next.thread)
+            run.epoch.add(1, ordering: .releasing)
             return resolve(next, .yours)
           }
           next?.parking.unpark()
@@ -132,7 +118,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         let woken = Self.lock.withLock { () -> [Waiter] in
           word.word.store(0, ordering: .releasing)
           defer { current = nil }
-          return current?.waiting.map { resolve($0, .done) } ?? []
+          return current?.machine.bodyReturned().map { resolve($0, .done) } ?? []
         }
         for waiter in woken { waiter.parking.unpark() }
         return
@@ -156,7 +142,7 @@ extension RunOnceCell.Waiter: BlockingWait {
   func blockers() -> Blockers {
     RunOnceCell.lock.withLock {
       guard turn == nil, let run = cell.current else { return .none }
-      return .thread(run.runner, reason: ", which runs it")
+      return .thread(run.machine.runner, reason: ", which runs it")
     }
   }
 
