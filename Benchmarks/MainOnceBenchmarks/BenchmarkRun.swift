@@ -9,6 +9,7 @@ struct BenchmarkRun {
     case objects
     case sizes
     case firstCall = "first-call"
+    case inPlace = "in-place"
     case race
     case trackedWaits = "tracked-waits"
   }
@@ -28,6 +29,7 @@ struct BenchmarkRun {
     var firstCall: [FirstCalls.Result]?
     /// The same with every thread of each driver process on one CPU.
     var firstCallOneCPU: [FirstCalls.Result]?
+    var inPlace: InPlaceFirstCalls.Result?
     var race: [Races.Result]?
     var trackedWaits: TrackedWaitSuite.Result?
     /// The share of the CPUs that other processes used while each group ran, by group.
@@ -102,6 +104,10 @@ struct BenchmarkRun {
         Report.printFirstCalls(results)
         Report.printFirstCalls(oneCPU)
         (output.firstCall, output.firstCallOneCPU) = (results, oneCPU)
+      case .inPlace:
+        let result = InPlaceFirstCalls.measure(quick: quick)
+        Report.printInPlaceFirstCalls(result)
+        output.inPlace = result
       case .race:
         var results: [Races.Result] = []
         for driver in DriverProcess.drivers {

@@ -92,6 +92,25 @@ enum Report {
     print()
   }
 
+  @MainActor
+  static func printInPlaceFirstCalls(_ result: InPlaceFirstCalls.Result) {
+    print(
+      "First call of a fresh cell in main context: ns per call, median (best) of \(result.rounds)"
+        + " rounds of \(result.cellsPerRound) cells (after a warm-up); variants interleaved, turns"
+        + " rotated; over dispatch_once_f per round (quartiles); heap allocations per call on"
+        + " the calling thread")
+    let baseline = result.timings[InPlaceFirstCalls.dispatchOnce]
+    for variant in InPlaceFirstCalls.variants {
+      guard let timing = result.timings[variant.key] else { continue }
+      let ratio = baseline.map { Paired.ratio(timing, over: $0).short } ?? "—"
+      let allocations = result.allocations[variant.key].map { format($0, decimals: 2) } ?? "—"
+      print(
+        pad(variant.name, 48) + pad(self.timing(timing, decimals: 1), 20) + pad(ratio, 24)
+          + allocations)
+    }
+    print()
+  }
+
   static func printFirstCalls(_ results: [FirstCalls.Result]) {
     guard let first = results.first else { return }
     print(

@@ -12,8 +12,37 @@ enum Targets {
     if let firstCalls = output.firstCall {
       targets += self.firstCalls(firstCalls, oneCPU: output.firstCallOneCPU ?? [])
     }
+    if let inPlace = output.inPlace { targets += self.inPlace(inPlace) }
     if let races = output.race { targets += self.races(races) }
     if let trackedWaits = output.trackedWaits { targets += self.trackedWaits(trackedWaits) }
+    return targets
+  }
+
+  private static func inPlace(_ result: InPlaceFirstCalls.Result) -> [BenchmarkRun.Target] {
+    var targets: [BenchmarkRun.Target] = []
+    if let once = result.timings["onceOnMain"],
+      let baseline = result.timings[InPlaceFirstCalls.dispatchOnce]
+    {
+      let ratio = Paired.ratio(once, over: baseline)
+      targets.append(
+        BenchmarkRun.Target(
+          name: "a token's first call in main context ≤ 5× dispatch_once_f's first call",
+          measured: ratio.description, verdict: ratio.verdict(against: 5),
+          note: "the engine queues a caller record and attaches a flight even when nobody else"
+            + " calls: waiters on the caller's stack would remove both"))
+    }
+    for (key, name, limit) in [
+      ("onceOnMain", "a token's first call in main context", 0.0),
+      ("mainLazy", "a MainLazy's first read in main context", 1.0),
+    ] {
+      guard let allocations = result.allocations[key] else { continue }
+      targets.append(
+        BenchmarkRun.Target(
+          name: "\(name) allocates at most \(Report.format(limit, decimals: 0))",
+          measured: "\(Report.format(allocations, decimals: 2)) per call, after a warm-up",
+          verdict: allocations <= limit ? .met : .missed,
+          note: allocations <= limit ? "" : "a flight and a caller record are on the heap"))
+    }
     return targets
   }
 

@@ -1,6 +1,6 @@
 // From the repository's root (the benchmarks are a package of their own, in Benchmarks/):
 // swift run -c release --package-path Benchmarks MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
-//   GROUP is one of fast-path, objects, sizes, first-call, race, tracked-waits; without one,
+//   GROUP is one of fast-path, objects, sizes, first-call, in-place, race, tracked-waits; without one,
 //   all of them run, then the speed targets (Targets.swift) are judged, and the JSON goes to
 //   MainOnceBenchmarks.json unless --json names another file (a single group writes JSON only
 //   when --json is given).
@@ -10,6 +10,8 @@
 //   first-call  a fresh token's first call against the bare main.async + semaphore hop, under
 //               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each), and
 //               again with each process on one CPU
+//   in-place    a fresh token's and MainLazy's first call in main context, against
+//               dispatch_once_f's first call of a fresh predicate; allocations
 //   race        eight threads racing on a fresh token against the Khan port, under each driver
 //   tracked-waits  tracked waits that do not block beside the plain calls (ns, instructions
 //               under valgrind's callgrind, allocations), and with 1, 2 and 16 threads at once
@@ -41,7 +43,8 @@ func usage() -> Never {
   FileHandle.standardError.write(
     Data(
       """
-      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|race|tracked-waits] [--quick]
+      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|in-place|race|tracked-waits]
+                                [--quick]
                                 [--json PATH]
              MainOnceBenchmarks instructions [--quick]
              MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
