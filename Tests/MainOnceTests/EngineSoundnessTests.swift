@@ -353,10 +353,17 @@ extension EngineSoundnessInProcessTests {
     weak var flight: Flight?
     do {
       let owner = LeakCheckOwner()
-      // In main context: runs in place, so no hop holds the flight afterwards.
-      #expect(throws: NotYet.self) {
-        try onceOnMain(token: owner.token) { () throws(NotYet) in throw NotYet() }
+      // From a worker, through a hop: a flight is attached, and stays after the throw. (In
+      // main context, with nobody else calling, an attempt runs without a flight.)
+      let threw = await onThread {
+        do throws(NotYet) {
+          try onceOnMain(token: owner.token) { () throws(NotYet) in throw NotYet() }
+          return false
+        } catch {
+          return true
+        }
       }
+      #expect(threw == true)
       flight = OnceCell.lock.withLock {
         Flight.attached(owner.token._word.word.load(ordering: .relaxed))
       }

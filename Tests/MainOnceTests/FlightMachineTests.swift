@@ -130,6 +130,8 @@ enum Model {
   /// The word of the token's storage.
   enum Word: Hashable {
     case fresh
+    /// A main-context caller runs its attempt in place, with no flight.
+    case inPlace
     case attached
     case published
   }
@@ -224,6 +226,7 @@ enum Model {
   static func phase(of world: World) -> String {
     switch world.word {
     case .fresh: return "fresh"
+    case .inPlace: return "running"
     case .published: return "done"
     case .attached:
       guard let flight = world.flight else { return "fresh" }
@@ -333,8 +336,13 @@ private struct Step {
       return true
     }
     if world.flight == nil {
-      world.flight = FlightMachine(
-        callers: Model.Callers(borrows: Packed(forms.map(\.borrowsStorage))))
+      let callers = Model.Callers(borrows: Packed(forms.map(\.borrowsStorage)))
+      // A caller that finds an attempt running in place attaches a flight that takes it over.
+      if world.word == .inPlace, case .inAttempt(let driver?) = world.main {
+        world.flight = FlightMachine(callers: callers, adopting: driver, runBy: Model.mainThread)
+      } else {
+        world.flight = FlightMachine(callers: callers)
+      }
       world.word = .attached
     }
     return false
@@ -343,6 +351,13 @@ private struct Step {
   private mutating func arrive(_ caller: Int) {
     world.arrived[caller] = true
     let form = forms[caller]
+    // The engine's first step for a caller in main context: a fresh cell runs in place.
+    if form == .mainBlocking, world.word == .fresh {
+      name = "a caller in main context arrives"
+      world.word = .inPlace
+      world.main = .inAttempt(driver: caller)
+      return
+    }
     if cellIsDone() {
       name = "a caller arrives"
       return resolve(caller, .done)
@@ -406,6 +421,15 @@ private struct Step {
   }
 
   private mutating func attemptEnds(succeeds: Bool) {
+    // An attempt run in place that nobody joined ends without a flight.
+    if world.word == .inPlace, case .inAttempt(let driver?) = world.main {
+      name = succeeds ? "the attempt succeeds" : "the attempt throws"
+      if world.flight != nil { violations.append("an in-place run has a flight") }
+      if succeeds { world.successes += 1 }
+      world.word = succeeds ? .published : .fresh
+      world.main = .idle
+      return resolve(driver, succeeds ? .done : .failed)
+    }
     guard case .inAttempt(let driver) = world.main, let owner = world.flight?.running else {
       return violations.append("an attempt ended that nobody ran")
     }

@@ -116,7 +116,10 @@ struct Look {
     switch inTheWay {
     case .runner(let runner, let since):
       var lines = [
-        "the \(label.work) has run on \(runner) for \(formatDuration(now &- since)); it is \(state)"
+        // At least: an attempt that ran in place before anyone waited is timed from the first
+        // arrival, which read no clock for it.
+        "the \(label.work) has run on \(runner) for at least \(formatDuration(now &- since)); it is"
+          + " \(state)"
       ]
       if let trackedWait { lines.append("\(runner) waits for \(trackedWait)") }
       return (

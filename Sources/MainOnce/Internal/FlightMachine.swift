@@ -13,7 +13,7 @@
 // | fresh    | 1         | (no flight)                                      |
 // | idle     | F | 1     | nil       | nil      | none      | either        |
 // | queued   | F | 1     | nil       | nil      | some      | true          |
-// | running  | F | 1     | nil       | a thread | any       | either        |
+// | running  | F | 1, or R | nil     | a thread | any       | either        |
 // | finished | F | 1     | the value | nil      | none      | either        |
 // | done     | the value | (the flight is released)                         |
 //
@@ -42,6 +42,7 @@
 // | queued   | a task is cancelled                                                                                                            | idle     |
 // | queued   | a caller elsewhere arrives; a cancelled task arrives; a task is cancelled; the token is freed                                  | queued   |
 // | queued   | a caller in main context arrives; the hop runs                                                                                 | running  |
+// | running  | the attempt throws                                                                                                             | fresh    |
 // | running  | the attempt throws                                                                                                             | idle     |
 // | running  | a caller elsewhere arrives; a cancelled task arrives; a task is cancelled; the attempt throws; the hop runs; the token is freed | running  |
 // | running  | the attempt succeeds                                                                                                           | finished |
@@ -50,7 +51,12 @@
 // | finished | a caller arrives                                                                                                               | done     |
 // | done     | a caller arrives; a task is cancelled; the hop runs; the token is freed                                                        | done     |
 //
-// `F` is the flight's address, with its low bit set: a done word is even. Invariant, after
+// `F` is the flight's address, with its low bit set: a done word is even. `R` marks an attempt
+// that a caller in main context runs in place, with no flight, because nobody else called: the
+// runner's thread id, shifted, with the two low bits set (`OnceCell.startInPlaceRun(on:)`). It
+// allocates nothing. A caller that arrives while it runs attaches a flight that takes the run
+// over (`init(callers:adopting:runBy:)`), and the runner drives the flight when its attempt
+// returns; with nobody arriving, a success publishes and a throw leaves the cell fresh. Invariant, after
 // every transition (`invariantHolds`): callers that queued have a runner, a hop on its way, or
 // a finished flight to be told of. Safety, checked by the test in every state: at most one
 // attempt succeeds, and none starts after it; attempts start only in main context (the engine
@@ -142,6 +148,16 @@ struct FlightMachine<Callers: FlightCallers> {
 
   init(callers: Callers) {
     self.callers = callers
+  }
+
+  /// A machine for a cell whose attempt `owner` already runs in place on `thread`, without a
+  /// flight, when another caller arrives: `owner` is its running caller.
+  init(callers: Callers, adopting owner: Caller, runBy thread: Thread) {
+    self.callers = callers
+    self.callers.setPhase(.running, of: owner)
+    self.callers.append(owner)
+    runner = thread
+    running = owner
   }
 
   /// Whether callers that queued have a runner, a hop on its way, or a finished flight.

@@ -31,9 +31,11 @@ enum MainQueueEngine {
 
   private enum Step {
     case done
+    case inPlace
     case drive(Flight, first: Waiter?)
     case park(Flight, hop: Bool)
-    case reentrant(Runner)
+    /// A re-entrant call: the site of the call whose attempt runs, if its flight knows it.
+    case reentrant(CallSite?)
   }
 
   /// Runs `attempt` for `cell` unless it is done, and returns once it is done or `attempt` has
@@ -49,13 +51,20 @@ enum MainQueueEngine {
     let resolution = withoutActuallyEscaping(attempt) { attempt -> Resolution in
       let parking = thread.takeParking()
       defer { thread.returnParking(parking) }
-      let waiter = Waiter(
-        site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
-        attempt: attempt, storage: cell.word)
+      var waiter: Waiter?
       let step = OnceCell.lock.withLock { () -> Step in
+        if drives {
+          // Nobody calls: the attempt runs right here, with no flight and no caller record.
+          if cell.startInPlaceRun(on: thread.id) { return .inPlace }
+          if cell.isRunInPlace(by: thread.id) { return .reentrant(nil) }
+        }
         guard case .inFlight(let flight) = cell.phase() else { return .done }
-        switch flight.arrive(waiter, on: thread.id, inMainContext: drives) {
-        case .reentrant: return .reentrant(flight.runner!)
+        let caller = Waiter(
+          site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
+          attempt: attempt, storage: cell.word)
+        waiter = caller
+        switch flight.arrive(caller, on: thread.id, inMainContext: drives) {
+        case .reentrant: return .reentrant(flight.runner!.site)
         case .drive(let first): return .drive(flight, first: first)
         case .wait(let sendsHop): return .park(flight, hop: sendsHop)
         case .runByAnotherThread(let runner):
@@ -68,15 +77,20 @@ enum MainQueueEngine {
       switch step {
       case .done:
         return .done
-      case .reentrant(let runner):
-        Diagnostics.reentrance(cell.label, firstCall: runner.site, secondCall: site)
+      case .inPlace:
+        return runInPlace(cell, attempt, site: site, on: thread)
+      case .reentrant(let runnerSite):
+        // An attempt this thread runs in place names its call; one it runs for a queued
+        // caller, that caller's.
+        let first = thread.inPlaceRuns.last { $0.word == UnsafeRawPointer(cell.word) }?.site
+        Diagnostics.reentrance(cell.label, firstCall: first ?? runnerSite!, secondCall: site)
       case .drive(let flight, let first):
         drive(flight, from: first, on: thread)
       case .park(let flight, let hop):
         if hop { sendHop(for: flight) }
-        park(waiter, on: thread, parking: parking)
+        park(waiter!, on: thread, parking: parking)
       }
-      return waiter.resolution!
+      return waiter!.resolution!
     }
     switch resolution {
     case .done:
@@ -206,41 +220,69 @@ enum MainQueueEngine {
     }
   }
 
+  /// Runs `attempt` here, in main context, for a cell that had no flight: the first call in
+  /// main context while nobody else calls, which allocates nothing and reads no clock. The word
+  /// marks the run (``OnceCell/startInPlaceRun(on:)``) until it ends; a caller that arrives
+  /// meanwhile attaches a flight that takes the run over, and this thread then drives the
+  /// flight's queue, as main-context code does.
+  private static func runInPlace(
+    _ cell: OnceCell, _ attempt: Attempt, site: CallSite, on thread: ThreadRecord
+  ) -> Resolution {
+    thread.inPlaceRuns.append((UnsafeRawPointer(cell.word), site))
+    let result = runInMainContext(attempt, on: thread)
+    thread.inPlaceRuns.removeLast()
+    let adopted = OnceCell.lock.withLock { cell.endInPlaceRun(by: thread.id, with: result) }
+    if let (flight, standIn) = adopted {
+      drive(flight, from: settle(flight, standIn, with: result, on: thread), on: thread)
+    }
+    switch result {
+    case .success: return .done
+    case .failure(let error): return .failed(error)
+    }
+  }
+
   /// Runs the flight's queued attempts in main context, in arrival order, from `first` (started
   /// with ``Flight/startNextAttempt(on:)`` under the caller's lock), until one succeeds or none
-  /// is left. Each attempt's end and the start of the next share one lock.
+  /// is left.
   ///
   /// Main-context code drives the whole queue, also after its own attempt failed: it holds the
   /// main queue, so no hop could run the rest until it returns.
   static func drive(_ flight: Flight, from first: Waiter?, on thread: ThreadRecord) {
     var next = first
     while let owner = next {
-      let result = runAttempt(of: owner, on: thread)
-      var wakes = Wakes()
-      var reportedSince: UInt64?
-      next = OnceCell.lock.withLock {
-        flight.finish(owner, with: result, into: &wakes)
-        let next = flight.startNextAttempt(on: thread.id)
-        if next == nil { reportedSince = flight.endOfReportedStall() }
-        return next
-      }
-      // The word that a reported stall ended comes before any caller can go on.
-      if let reportedSince {
-        Detector.subjectEnded(
-          flight, finished: flight.outcome != nil, waitingSince: reportedSince)
-      }
-      wakes.deliver()
+      // This is safe without the lock: only the runner reads a running waiter's attempt, and
+      // it is dropped (under the lock) only when the waiter is resolved, after this returns.
+      next = settle(flight, owner, with: runInMainContext(owner.attempt!, on: thread), on: thread)
     }
   }
 
-  /// Runs `owner`'s attempt in main context. The attempt is a local here, so this function's
-  /// reference to it is gone before the owner is told the result.
-  private static func runAttempt(of owner: Waiter, on thread: ThreadRecord) -> Result<
+  /// Records the end of `owner`'s attempt and starts the next, under one lock; then tells the
+  /// detector if a reported stall ended, and wakes the callers resolved. Returns the caller
+  /// whose attempt runs next, if any.
+  private static func settle(
+    _ flight: Flight, _ owner: Waiter, with result: Result<UInt, any Error>,
+    on thread: ThreadRecord
+  ) -> Waiter? {
+    var wakes = Wakes()
+    var reportedSince: UInt64?
+    let next = OnceCell.lock.withLock {
+      flight.finish(owner, with: result, into: &wakes)
+      let next = flight.startNextAttempt(on: thread.id)
+      if next == nil { reportedSince = flight.endOfReportedStall() }
+      return next
+    }
+    // The word that a reported stall ended comes before any caller can go on.
+    if let reportedSince {
+      Detector.subjectEnded(flight, finished: flight.outcome != nil, waitingSince: reportedSince)
+    }
+    wakes.deliver()
+    return next
+  }
+
+  /// Runs `attempt` in main context, on `thread`, which holds the main queue.
+  private static func runInMainContext(_ attempt: Attempt, on thread: ThreadRecord) -> Result<
     UInt, any Error
   > {
-    // This is safe without the lock: only the runner reads a running waiter's attempt, and it
-    // is dropped (under the lock) only when the waiter is resolved, after this returns.
-    let attempt = owner.attempt!
     thread.mainContextDepth += 1
     defer { thread.mainContextDepth -= 1 }
     return attempt()

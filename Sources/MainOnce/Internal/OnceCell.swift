@@ -86,6 +86,53 @@ struct OnceCell {
   /// The lock that guards every flight and every store to a cell's word.
   static let lock = Lock(rank: .onceCell)
 
+  /// The word of a cell whose attempt `thread` runs in place, in main context, without a
+  /// flight: odd, so not done, and with bit 1 set, which a flight's tagged address (aligned to
+  /// 16) never has.
+  private static func inPlaceWord(of thread: ThreadID) -> UInt {
+    UInt(UInt32(bitPattern: thread.rawValue)) << 2 | 0b11
+  }
+
+  /// The thread that runs the cell's attempt in place, if `raw` says one does.
+  private static func inPlaceRunner(_ raw: UInt) -> ThreadID? {
+    raw & 0b11 == 0b11
+      ? ThreadID(rawValue: Int32(bitPattern: UInt32(truncatingIfNeeded: raw >> 2))) : nil
+  }
+
+  /// Marks the cell as running its attempt in place on `thread`, in main context, without a
+  /// flight, if it is fresh; returns whether it did. Under ``lock``.
+  func startInPlaceRun(on thread: ThreadID) -> Bool {
+    guard word.pointee.word.load(ordering: .relaxed) == 1 else { return false }
+    word.pointee.word.store(Self.inPlaceWord(of: thread), ordering: .relaxed)
+    return true
+  }
+
+  /// Whether `thread` runs the cell's attempt in place, without a flight. Under ``lock``.
+  func isRunInPlace(by thread: ThreadID) -> Bool {
+    Self.inPlaceRunner(word.pointee.word.load(ordering: .relaxed)) == thread
+  }
+
+  /// Ends `thread`'s in-place run with `result`: publishes a success with a releasing store, or
+  /// makes the cell fresh again after a failure, and returns `nil`; or, if callers arrived
+  /// meanwhile and a flight took the run over, returns the flight and the caller that stands in
+  /// for this run, whose end the flight records next. Under ``lock``.
+  func endInPlaceRun(
+    by thread: ThreadID, with result: Result<UInt, any Error>
+  ) -> (Flight, Waiter)? {
+    let raw = word.pointee.word.load(ordering: .relaxed)
+    guard raw == Self.inPlaceWord(of: thread) else {
+      guard let flight = Flight.attached(raw), let standIn = flight.running else {
+        Diagnostics.internalInconsistency("\(label) changed while \(thread) ran it in place")
+      }
+      return (flight, standIn)
+    }
+    switch result {
+    case .success(let value): word.pointee.word.store(value, ordering: .releasing)
+    case .failure: word.pointee.word.store(1, ordering: .relaxed)
+    }
+    return nil
+  }
+
   /// The cell's phase, as the callers see it.
   enum Phase {
     /// Done, with the published value.
@@ -101,6 +148,9 @@ struct OnceCell {
     let raw = word.pointee.word.load(ordering: .relaxed)
     if let flight = Flight.attached(raw) { return .inFlight(flight) }
     let flight = Flight(label: label)
+    // An attempt runs in place without a flight: the flight takes it over, with a caller that
+    // stands in for the one running it, which borrows the storage until it returns.
+    if let runner = Self.inPlaceRunner(raw) { flight.adoptInPlaceRun(by: runner, in: word) }
     word.pointee.word.store(flight.retainedForStorage(), ordering: .relaxed)
     return .inFlight(flight)
   }
@@ -187,6 +237,21 @@ final class Flight: @unchecked Sendable {
     return transition { $0.mainQueueReached(on: thread, isHop: isHop) }
   }
 
+  /// ``FlightMachine/init(callers:adopting:runBy:)``: takes over an attempt that `thread` runs
+  /// in place for the cell whose storage is `word`. The caller that stands in for the one
+  /// running it is made here, by the thread that arrived (its site is that thread's, and never
+  /// shown: a re-entrant call names the in-place call from its own thread's record).
+  func adoptInPlaceRun(by thread: ThreadID, in word: UnsafePointer<_OnceWord>) {
+    let standIn = Waiter(
+      site: CallSite(file: "", line: 0), label: label, kind: .inPlace, attempt: nil,
+      storage: word)
+    standIn.flight = self
+    transition { $0 = FlightMachine(callers: WaiterQueue(), adopting: standIn, runBy: thread) }
+  }
+
+  /// The caller whose attempt runs, if one does.
+  var running: Waiter? { machine.running }
+
   /// ``FlightMachine/startNextAttempt(on:)``.
   func startNextAttempt(on thread: ThreadID) -> Waiter? {
     transition { $0.startNextAttempt(on: thread) }
@@ -253,7 +318,7 @@ final class Flight: @unchecked Sendable {
   }
 
   private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {
-    guard raw & 1 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
+    guard raw & 0b11 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
     return Unmanaged<Flight>.fromOpaque(pointer)
   }
 }

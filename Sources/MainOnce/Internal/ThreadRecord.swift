@@ -13,8 +13,8 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, the cache's slots, `spareParking`, `trackedWaitIsInUse` and
-  // `nestedTrackedWaits` are only read and written by the thread this record belongs to; that
+  // `mainContextDepth`, `inPlaceRuns`, the cache's slots, `spareParking`, `trackedWaitIsInUse`
+  // and `nestedTrackedWaits` are only read and written by the thread this record belongs to; that
   // also makes their accesses exclusive, so they skip the dynamic check. `spareTrackedWait`
   // never changes either (its object says why it may be shared), and the published wait and its
   // count are atomics.
@@ -34,6 +34,9 @@ final class ThreadRecord: @unchecked Sendable {
   /// this thread uses it now.
   let spareTrackedWait: TrackedWait
   @exclusivity(unchecked) var trackedWaitIsInUse = false
+  /// The once-cells whose attempt this thread runs in place, without a flight (innermost
+  /// last), each with the call that runs it: a re-entrant call names that call.
+  @exclusivity(unchecked) var inPlaceRuns: [(word: UnsafeRawPointer, site: CallSite)] = []
   /// The tracked waits of this thread's nested waits, kept alive while they are used.
   @exclusivity(unchecked) var nestedTrackedWaits: [TrackedWait] = []
   /// The wait this thread is blocked in, for the deadlock detector (see ``WaitBoard``): the
@@ -62,6 +65,8 @@ final class ThreadRecord: @unchecked Sendable {
     #else
       isMainThread = pthread_main_np() != 0
     #endif
+    // Room for nested in-place runs, so that starting one allocates nothing.
+    inPlaceRuns.reserveCapacity(4)
   }
 
   /// The calling thread's record, unretained: the thread keeps it alive as long as it runs.
