@@ -31,42 +31,69 @@ enum MainQueueEngine {
 
   private enum Step {
     case done
-    case inPlace
-    case drive(Flight, first: Waiter?)
-    case park(Flight, hop: Bool)
+    case drive(Flight, Waiter, first: Waiter?)
+    case park(Flight, Waiter, hop: Bool)
     /// A re-entrant call: the site of the call whose attempt runs, if its flight knows it.
     case reentrant(CallSite?)
   }
 
+  /// How a call in main context begins: it runs the attempt in place, it is a re-entrant call
+  /// into an attempt this thread runs in place, or the cell has a flight (or is done).
+  private enum InPlaceStart {
+    case started
+    case reentrant
+    case flight
+  }
+
   /// Runs `attempt` for `cell` unless it is done, and returns once it is done or `attempt` has
   /// failed with its error, a `Failure`. Blocks outside main context.
+  @inline(__always)
   static func run<Failure: Error>(
     _ cell: OnceCell, site: CallSite, throwing: Failure.Type, _ attempt: Attempt
   ) throws(Failure) {
+    switch resolve(cell, site: site, attempt) {
+    case .done:
+      return
+    case .failed(let error):
+      // The error came from this caller's own attempt, which throws `Failure`.
+      throw error as! Failure
+    case .cancelled:
+      Diagnostics.internalInconsistency("a blocking caller was resolved as cancelled")
+    }
+  }
+
+  /// ``run(_:site:throwing:_:)``, without its generic parameter: how the call ended.
+  private static func resolve(_ cell: OnceCell, site: CallSite, _ attempt: Attempt) -> Resolution {
     let thread = ThreadRecord.current(at: site)
     let drives = MainContext.isCurrent(on: thread)
+    if drives {
+      // Nobody calls: the attempt runs right here, with no flight and no caller record (and
+      // without making the attempt escaping, which costs an allocation).
+      let start = OnceCell.lock.withLock { () -> InPlaceStart in
+        if cell.startInPlaceRun(on: thread.id) { return .started }
+        return cell.isRunInPlace(by: thread.id) ? .reentrant : .flight
+      }
+      switch start {
+      case .started: return runInPlace(cell, attempt, site: site, on: thread)
+      case .reentrant: reenter(cell, site: site, runnerSite: nil, on: thread)
+      case .flight: break
+      }
+    }
     // The attempt is queued only while this call waits for it, and every reference to it is
     // dropped when this caller is resolved (`Wakes.resolve`), before it returns:
-    // `withoutActuallyEscaping` checks exactly that. Stored as it is, it costs no allocation.
-    let resolution = withoutActuallyEscaping(attempt) { attempt -> Resolution in
+    // `withoutActuallyEscaping` checks exactly that.
+    return withoutActuallyEscaping(attempt) { attempt -> Resolution in
       let parking = thread.takeParking()
       defer { thread.returnParking(parking) }
-      var waiter: Waiter?
       let step = OnceCell.lock.withLock { () -> Step in
-        if drives {
-          // Nobody calls: the attempt runs right here, with no flight and no caller record.
-          if cell.startInPlaceRun(on: thread.id) { return .inPlace }
-          if cell.isRunInPlace(by: thread.id) { return .reentrant(nil) }
-        }
         guard case .inFlight(let flight) = cell.phase() else { return .done }
-        let caller = Waiter(
+        let waiter = Waiter(
           site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
           attempt: attempt, storage: cell.word)
-        waiter = caller
-        switch flight.arrive(caller, on: thread.id, inMainContext: drives) {
+        switch flight.arrive(waiter, on: thread.id, inMainContext: drives) {
         case .reentrant: return .reentrant(flight.runner!.site)
-        case .drive(let first): return .drive(flight, first: first)
-        case .wait(let sendsHop): return .park(flight, hop: sendsHop)
+        case .drive(let first): return .drive(flight, waiter, first: first)
+        case .wait(let sendsHop): return .park(flight, waiter, hop: sendsHop)
         case .runByAnotherThread(let runner):
           Diagnostics.internalInconsistency(
             "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
@@ -77,29 +104,16 @@ enum MainQueueEngine {
       switch step {
       case .done:
         return .done
-      case .inPlace:
-        return runInPlace(cell, attempt, site: site, on: thread)
       case .reentrant(let runnerSite):
-        // An attempt this thread runs in place names its call; one it runs for a queued
-        // caller, that caller's.
-        let first = thread.inPlaceRuns.last { $0.word == UnsafeRawPointer(cell.word) }?.site
-        Diagnostics.reentrance(cell.label, firstCall: first ?? runnerSite!, secondCall: site)
-      case .drive(let flight, let first):
+        reenter(cell, site: site, runnerSite: runnerSite, on: thread)
+      case .drive(let flight, let waiter, let first):
         drive(flight, from: first, on: thread)
-      case .park(let flight, let hop):
+        return waiter.resolution!
+      case .park(let flight, let waiter, let hop):
         if hop { sendHop(for: flight) }
-        park(waiter!, on: thread, parking: parking)
+        park(waiter, on: thread, parking: parking)
+        return waiter.resolution!
       }
-      return waiter!.resolution!
-    }
-    switch resolution {
-    case .done:
-      return
-    case .failed(let error):
-      // The error came from this caller's own attempt, which throws `Failure`.
-      throw error as! Failure
-    case .cancelled:
-      Diagnostics.internalInconsistency("a blocking caller was resolved as cancelled")
     }
   }
 
@@ -218,6 +232,15 @@ enum MainQueueEngine {
       Diagnostics.internalInconsistency(
         "\(thread.id) holds the main queue while \(runner) runs \(flight.label)")
     }
+  }
+
+  /// Stops a re-entrant call at `site`: the attempt that runs on this thread is one it runs in
+  /// place, named by its call, or one it runs for a queued caller, at `runnerSite`.
+  private static func reenter(
+    _ cell: OnceCell, site: CallSite, runnerSite: CallSite?, on thread: ThreadRecord
+  ) -> Never {
+    let first = thread.inPlaceRuns.last { $0.word == UnsafeRawPointer(cell.word) }?.site
+    Diagnostics.reentrance(cell.label, firstCall: first ?? runnerSite!, secondCall: site)
   }
 
   /// Runs `attempt` here, in main context, for a cell that had no flight: the first call in
