@@ -143,7 +143,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// The builder, or `nil` once the value is built: it is released only after the value was
   /// published (see `releaseBuilder()`).
   private func currentBuilder() -> (@MainActor @Sendable () throws(Failure) -> Value)? {
-    let build = _builder.withLock { $0.build }
+    let build = builder(releasing: false)
     if build == nil, !_storage.isDone {
       Diagnostics.internalInconsistency("a MainLazy released its builder before it was built")
     }
@@ -154,12 +154,22 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// every build that returns normally calls it, so the build whose attempt succeeded does.
   /// Until then the builder is kept, for the attempts that follow one that threw.
   private func releaseBuilder() {
-    let released = _builder.withLock { slot in
-      defer { slot.build = nil }
-      return slot.build
-    }
+    let released = builder(releasing: true)
     // Released here, after the lock: a captured object's deinit may do anything.
     _ = consume released
+  }
+
+  /// The builder, taken out of its slot if `releasing`. Under ``OnceCell/lock`` as well as the
+  /// `Mutex` that stores it: on Linux ThreadSanitizer cannot see the `Mutex`'s futex (see
+  /// ``Lock``), and would take two readers that release the builder one after the other for a
+  /// race; it sees the pthread lock. Only the slow path gets here.
+  private func builder(releasing: Bool) -> (@MainActor @Sendable () throws(Failure) -> Value)? {
+    OnceCell.lock.withLock {
+      _builder.withLock { slot in
+        defer { if releasing { slot.build = nil } }
+        return slot.build
+      }
+    }
   }
 
   /// Waits for the value to be built in main context without blocking: the caller is not in
