@@ -36,50 +36,32 @@ enum AsyncBuildModel {
     var buildsStarted = 0
   }
 
-  struct Exploration {
-    var states = 0
-    var violations: [String] = []
-    var transitions = Set<Model.Transition>()
-  }
-
   static func explore(callers: Int) -> Exploration {
-    var exploration = Exploration()
-    var seen: Set<World> = [World()]
-    var frontier = [World()]
-    while let world = frontier.popLast() {
-      exploration.states += 1
-      // A bound, so that a machine broken into an endless one fails instead of hanging.
-      guard exploration.states <= 100_000 else {
-        exploration.violations.append("more than 100,000 states: the machine does not settle")
-        break
-      }
-      var next: [Step] = []
-      // Callers are alike until they arrive: they arrive in their order.
-      if let caller = (0..<callers).first(where: { !world.arrived[$0] }) {
-        next.append(Step(world).arrive(caller))
-      }
-      for caller in 0..<callers where world.answers[caller] == nil && !world.cancelled[caller] {
-        next.append(Step(world).cancel(caller))
-      }
-      if world.machine.isBuilding {
-        next.append(Step(world).buildEnds(succeeds: true))
-        next.append(Step(world).buildEnds(succeeds: false))
-      }
-      for step in next {
-        exploration.violations += step.violations.map { "\(callers) callers, \(step.event): \($0)" }
-        exploration.transitions.insert(
-          Model.Transition(from: phase(of: world), event: step.event, to: phase(of: step.world)))
-        if seen.insert(step.world).inserted { frontier.append(step.world) }
-      }
-      // A few are enough to see what broke.
-      if exploration.violations.count > 10 { break }
-      if next.isEmpty {
-        for caller in 0..<callers where world.answers[caller] == nil {
-          exploration.violations.append("caller \(caller) is never answered")
+    MainOnceTests.explore(
+      from: World(), limit: 100_000,
+      successors: { world in
+        var next: [Step] = []
+        // Callers are alike until they arrive: they arrive in their order.
+        if let caller = (0..<callers).first(where: { !world.arrived[$0] }) {
+          next.append(Step(world).arrive(caller))
         }
-      }
-    }
-    return exploration
+        for caller in 0..<callers where world.answers[caller] == nil && !world.cancelled[caller] {
+          next.append(Step(world).cancel(caller))
+        }
+        if world.machine.isBuilding {
+          next.append(Step(world).buildEnds(succeeds: true))
+          next.append(Step(world).buildEnds(succeeds: false))
+        }
+        return next.map { step in
+          Successor(
+            event: step.event, state: step.world,
+            violations: step.violations.map { "\(callers) callers, \(step.event): \($0)" })
+        }
+      },
+      phase: phase(of:),
+      unanswered: { world in
+        (0..<callers).filter { world.answers[$0] == nil }.map { "caller \($0) is never answered" }
+      })
   }
 
   static func phase(of world: World) -> String {

@@ -182,44 +182,25 @@ enum Model {
     }
   }
 
-  struct Exploration {
-    var states = 0
-    var violations: [String] = []
-    var transitions = Set<Transition>()
-  }
-
-  /// Explores every state reachable by callers of `forms`, breadth first. `losesHops` breaks
-  /// the world on purpose (no hop ever runs), to show that the checks can fail.
+  /// Explores every state reachable by callers of `forms`. `losesHops` breaks the world on
+  /// purpose (no hop ever runs), to show that the checks can fail.
   static func explore(_ forms: [Form], losesHops: Bool = false) -> Exploration {
-    let start = World()
-    var exploration = Exploration()
-    var seen: Set<World> = [start]
-    var frontier = [start]
-    while let world = frontier.popLast() {
-      exploration.states += 1
-      // A bound, so that a machine broken into an endless one fails instead of hanging.
-      guard exploration.states <= 2_000_000 else {
-        exploration.violations.append("more than 2,000,000 states: the machine does not settle")
-        break
-      }
-      var successors = 0
-      for event in events(in: world, forms: forms, losesHops: losesHops) {
-        var step = Step(world: world, forms: forms)
-        step.apply(event)
-        exploration.violations += step.violations.map { "\(forms) \(event): \($0)" }
-        exploration.transitions.insert(
-          Transition(from: phase(of: world), event: step.name, to: phase(of: step.world)))
-        successors += 1
-        if seen.insert(step.world).inserted { frontier.append(step.world) }
-      }
-      if successors == 0 {
-        for caller in forms.indices where world.arrived[caller] && world.verdicts[caller] == nil {
-          exploration.violations.append("\(forms): caller \(caller) is never resolved")
+    MainOnceTests.explore(
+      from: World(), limit: 2_000_000,
+      successors: { world in
+        events(in: world, forms: forms, losesHops: losesHops).map { event in
+          var step = Step(world: world, forms: forms)
+          step.apply(event)
+          return Successor(
+            event: step.name, state: step.world,
+            violations: step.violations.map { "\(forms) \(event): \($0)" })
         }
-      }
-      if exploration.violations.count > 10 { break }
-    }
-    return exploration
+      },
+      phase: phase(of:),
+      unanswered: { world in
+        forms.indices.filter { world.arrived[$0] && world.verdicts[$0] == nil }
+          .map { "\(forms): caller \($0) is never resolved" }
+      })
   }
 
   /// The cell's phase, as the table names it.

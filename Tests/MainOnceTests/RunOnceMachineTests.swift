@@ -35,47 +35,29 @@ enum RunOnceModel {
     var successes = 0
   }
 
-  struct Exploration {
-    var states = 0
-    var violations: [String] = []
-    var transitions = Set<Model.Transition>()
-  }
-
   static func explore(callers: Int) -> Exploration {
-    var exploration = Exploration()
-    var seen: Set<World> = [World()]
-    var frontier = [World()]
-    while let world = frontier.popLast() {
-      exploration.states += 1
-      // A bound, so that a machine broken into an endless one fails instead of hanging.
-      guard exploration.states <= 100_000 else {
-        exploration.violations.append("more than 100,000 states: the machine does not settle")
-        break
-      }
-      var next: [(String, World, [String])] = []
-      // Callers are alike until they arrive: they arrive in their order.
-      if let caller = (0..<callers).first(where: { !world.arrived[$0] }) {
-        next.append(arrive(caller, in: world))
-      }
-      if world.running != nil {
-        next.append(bodyEnds(in: world, returns: true))
-        next.append(bodyEnds(in: world, returns: false))
-      }
-      for (event, after, violations) in next {
-        exploration.violations += violations.map { "\(callers) callers, \(event): \($0)" }
-        exploration.transitions.insert(
-          Model.Transition(from: phase(of: world), event: event, to: phase(of: after)))
-        if seen.insert(after).inserted { frontier.append(after) }
-      }
-      // A few are enough to see what broke.
-      if exploration.violations.count > 10 { break }
-      if next.isEmpty {
-        for caller in 0..<callers where world.answers[caller] == nil {
-          exploration.violations.append("caller \(caller) is never answered")
+    MainOnceTests.explore(
+      from: World(), limit: 100_000,
+      successors: { world in
+        var next: [(String, World, [String])] = []
+        // Callers are alike until they arrive: they arrive in their order.
+        if let caller = (0..<callers).first(where: { !world.arrived[$0] }) {
+          next.append(arrive(caller, in: world))
         }
-      }
-    }
-    return exploration
+        if world.running != nil {
+          next.append(bodyEnds(in: world, returns: true))
+          next.append(bodyEnds(in: world, returns: false))
+        }
+        return next.map { event, after, violations in
+          Successor(
+            event: event, state: after,
+            violations: violations.map { "\(callers) callers, \(event): \($0)" })
+        }
+      },
+      phase: phase(of:),
+      unanswered: { world in
+        (0..<callers).filter { world.answers[$0] == nil }.map { "caller \($0) is never answered" }
+      })
   }
 
   static func phase(of world: World) -> String {
