@@ -28,9 +28,8 @@ enum Targets {
         BenchmarkRun.Target(
           name: "a token's first call in main context ≤ 5× dispatch_once_f's first call",
           measured: ratio.description, verdict: ratio.verdict(against: 5),
-          note: "with nobody else calling, no flight or caller record is made; what is left is"
-            + " the lock, the thread's record, the main-context check and the initializer's call"
-            + " through MainActor.runIsolated"))
+          note: "with nobody else calling, no flight, caller record or lock: the thread's record,"
+            + " the main-context check and two compare-and-exchanges on the word"))
     }
     for (key, name, limit) in [
       ("onceOnMain", "a token's first call in main context", 0.0),
@@ -42,10 +41,7 @@ enum Targets {
           name: "\(name) allocates at most \(Report.format(limit, decimals: 0))",
           measured: "\(Report.format(allocations, decimals: 2)) per call, after a warm-up",
           verdict: allocations <= limit ? .met : .missed,
-          note: allocations <= limit
-            ? ""
-            : "callgrind attributes the allocation to MainActor.runIsolated, which makes the"
-              + " initializer escaping to call it without its isolation check"))
+          note: ""))
     }
     return targets
   }

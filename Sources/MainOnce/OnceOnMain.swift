@@ -76,15 +76,34 @@ public func onceOnMain<Failure: Error>(
   try _onceOnMainSlowPath(token, CallSite(file: file, line: line), initializer)
 }
 
-@usableFromInline
+/// The slow path of ``onceOnMain(token:file:line:_:)``: specialized in the caller's module for
+/// its `Failure` (and not inlined there), it turns the initializer's typed error into the
+/// `any Error` of ``_onceOnMainErasedSlowPath(_:_:_:)``, so that nothing after it is generic.
+@inlinable
 @inline(never)
 func _onceOnMainSlowPath<Failure: Error>(
   _ token: borrowing MainOnceToken,
   _ site: CallSite,
   _ initializer: @MainActor () throws(Failure) -> Void
 ) throws(Failure) {
-  try MainQueueEngine.run(token.cell, site: site, throwing: Failure.self) {
-    MainQueueEngine.erase { () throws(Failure) in try runTokenInitializer(initializer) }
+  let failure = _onceOnMainErasedSlowPath(token, site) { () -> (any Error)? in
+    do { try initializer() } catch { return error }
+    return nil
+  }
+  // The error came from this caller's own initializer, which throws `Failure`.
+  if let failure { throw failure as! Failure }
+}
+
+/// Runs `initializer`, which returns the error it threw, once for `token`; returns that error
+/// if this caller's initializer ran and threw.
+@usableFromInline
+func _onceOnMainErasedSlowPath(
+  _ token: borrowing MainOnceToken,
+  _ site: CallSite,
+  _ initializer: @MainActor () -> (any Error)?
+) -> (any Error)? {
+  MainQueueEngine.run(token.cell, site: site) {
+    MainActor.runIsolated(initializer).map(Result.failure) ?? .success(0)
   }
 }
 

@@ -37,47 +37,38 @@ enum MainQueueEngine {
     case reentrant(CallSite?)
   }
 
-  /// How a call in main context begins: it runs the attempt in place, it is a re-entrant call
-  /// into an attempt this thread runs in place, or the cell has a flight (or is done).
-  private enum InPlaceStart {
-    case started
-    case reentrant
-    case flight
-  }
-
   /// Runs `attempt` for `cell` unless it is done, and returns once it is done or `attempt` has
   /// failed with its error, a `Failure`. Blocks outside main context.
   @inline(__always)
   static func run<Failure: Error>(
     _ cell: OnceCell, site: CallSite, throwing: Failure.Type, _ attempt: Attempt
   ) throws(Failure) {
+    // The error came from this caller's own attempt, which throws `Failure`.
+    if let error = run(cell, site: site, attempt) { throw error as! Failure }
+  }
+
+  /// Runs `attempt` for `cell` unless it is done, and returns once it is done (`nil`) or
+  /// `attempt` has failed (its error). Blocks outside main context.
+  static func run(_ cell: OnceCell, site: CallSite, _ attempt: Attempt) -> (any Error)? {
     switch resolve(cell, site: site, attempt) {
-    case .done:
-      return
-    case .failed(let error):
-      // The error came from this caller's own attempt, which throws `Failure`.
-      throw error as! Failure
+    case .done: return nil
+    case .failed(let error): return error
     case .cancelled:
       Diagnostics.internalInconsistency("a blocking caller was resolved as cancelled")
     }
   }
 
-  /// ``run(_:site:throwing:_:)``, without its generic parameter: how the call ended.
+  /// How ``run(_:site:_:)``'s call ended.
   private static func resolve(_ cell: OnceCell, site: CallSite, _ attempt: Attempt) -> Resolution {
     let thread = ThreadRecord.current(at: site)
     let drives = MainContext.isCurrent(on: thread)
     if drives {
       // Nobody calls: the attempt runs right here, with no flight and no caller record (and
       // without making the attempt escaping, which costs an allocation).
-      let start = OnceCell.lock.withLock { () -> InPlaceStart in
-        if cell.startInPlaceRun(on: thread.id) { return .started }
-        return cell.isRunInPlace(by: thread.id) ? .reentrant : .flight
+      if cell.startInPlaceRun(on: thread.id) {
+        return runInPlace(cell, attempt, site: site, on: thread)
       }
-      switch start {
-      case .started: return runInPlace(cell, attempt, site: site, on: thread)
-      case .reentrant: reenter(cell, site: site, runnerSite: nil, on: thread)
-      case .flight: break
-      }
+      if cell.isRunInPlace(by: thread.id) { reenter(cell, site: site, runnerSite: nil, on: thread) }
     }
     // The attempt is queued only while this call waits for it, and every reference to it is
     // dropped when this caller is resolved (`Wakes.resolve`), before it returns:
@@ -254,8 +245,8 @@ enum MainQueueEngine {
     thread.inPlaceRuns.append((UnsafeRawPointer(cell.word), site))
     let result = runInMainContext(attempt, on: thread)
     thread.inPlaceRuns.removeLast()
-    let adopted = OnceCell.lock.withLock { cell.endInPlaceRun(by: thread.id, with: result) }
-    if let (flight, standIn) = adopted {
+    if !cell.endInPlaceRun(by: thread.id, with: result) {
+      let (flight, standIn) = OnceCell.lock.withLock { cell.takenOverRun(of: thread.id) }
       drive(flight, from: settle(flight, standIn, with: result, on: thread), on: thread)
     }
     switch result {

@@ -10,8 +10,11 @@ public import Synchronization
 // publishes a finished one.
 //
 // Memory ordering: every store to a token's, a `MainLazy`'s or an object call site's word
-// happens under `OnceCell.lock`. Publishing is a releasing store made after the attempt
-// returned (its end is recorded under the same lock); the fast path's load is acquiring. So
+// happens under `OnceCell.lock`, but for an in-place run's (a first call in main context that
+// nobody joins): it marks the word, and ends its run, each with one compare-and-exchange that
+// fails if a caller attached a flight meanwhile (with a compare-and-exchange, under the lock).
+// Publishing is a releasing store or exchange made after the attempt returned; the fast path's
+// load is acquiring, and so is every load under the lock that finds the cell done. So
 // everything an initializer wrote happens before every return of a caller that saw the cell
 // done. Flight and waiter fields are read and written only under the lock.
 //
@@ -100,37 +103,44 @@ struct OnceCell {
   }
 
   /// Marks the cell as running its attempt in place on `thread`, in main context, without a
-  /// flight, if it is fresh; returns whether it did. Under ``lock``.
+  /// flight, if it is fresh; returns whether it did. Without the lock: one compare-and-exchange,
+  /// against ``phase()``'s.
   func startInPlaceRun(on thread: ThreadID) -> Bool {
-    guard word.pointee.word.load(ordering: .relaxed) == 1 else { return false }
-    word.pointee.word.store(Self.inPlaceWord(of: thread), ordering: .relaxed)
-    return true
+    word.pointee.word.compareExchange(
+      expected: 1, desired: Self.inPlaceWord(of: thread), ordering: .acquiringAndReleasing
+    ).exchanged
   }
 
-  /// Whether `thread` runs the cell's attempt in place, without a flight. Under ``lock``.
+  /// Whether `thread` runs the cell's attempt in place, without a flight. Without the lock:
+  /// only `thread` stores its own mark, and only a flight taking the run over replaces it.
   func isRunInPlace(by thread: ThreadID) -> Bool {
     Self.inPlaceRunner(word.pointee.word.load(ordering: .relaxed)) == thread
   }
 
-  /// Ends `thread`'s in-place run with `result`: publishes a success with a releasing store, or
-  /// makes the cell fresh again after a failure, and returns `nil`; or, if callers arrived
-  /// meanwhile and a flight took the run over, returns the flight and the caller that stands in
-  /// for this run, whose end the flight records next. Under ``lock``.
-  func endInPlaceRun(
-    by thread: ThreadID, with result: Result<UInt, any Error>
-  ) -> (Flight, Waiter)? {
-    let raw = word.pointee.word.load(ordering: .relaxed)
-    guard raw == Self.inPlaceWord(of: thread) else {
-      guard let flight = Flight.attached(raw), let standIn = flight.running else {
-        Diagnostics.internalInconsistency("\(label) changed while \(thread) ran it in place")
-      }
-      return (flight, standIn)
-    }
+  /// Ends `thread`'s in-place run with `result`, unless a flight took it over: publishes a
+  /// success with a releasing compare-and-exchange, or makes the cell fresh again after a
+  /// failure. Returns `false` if callers arrived meanwhile and a flight took the run over
+  /// (then ``takenOverRun(of:)`` says who stands in for it). Without the lock.
+  func endInPlaceRun(by thread: ThreadID, with result: Result<UInt, any Error>) -> Bool {
+    let end: UInt
     switch result {
-    case .success(let value): word.pointee.word.store(value, ordering: .releasing)
-    case .failure: word.pointee.word.store(1, ordering: .relaxed)
+    case .success(let value): end = value
+    case .failure: end = 1
     }
-    return nil
+    return word.pointee.word.compareExchange(
+      expected: Self.inPlaceWord(of: thread), desired: end, ordering: .releasing
+    ).exchanged
+  }
+
+  /// The flight that took over `thread`'s in-place run, and the caller that stands in for that
+  /// run, whose end the flight records next. Under ``lock``, after ``endInPlaceRun(by:with:)``
+  /// returned `false`.
+  func takenOverRun(of thread: ThreadID) -> (Flight, Waiter) {
+    let raw = word.pointee.word.load(ordering: .relaxed)
+    guard let flight = Flight.attached(raw), let standIn = flight.running else {
+      Diagnostics.internalInconsistency("\(label) changed while \(thread) ran it in place")
+    }
+    return (flight, standIn)
   }
 
   /// The cell's phase, as the callers see it.
@@ -144,21 +154,35 @@ struct OnceCell {
   /// The phase of the cell; under ``lock``, while the caller borrows the storage. A *finished*
   /// cell is published here and reads as done; a fresh one gets a flight.
   func phase() -> Phase {
-    if let value = Self.doneValue(of: word) { return .done(value) }
-    let raw = word.pointee.word.load(ordering: .relaxed)
-    if let flight = Flight.attached(raw) { return .inFlight(flight) }
-    let flight = Flight(label: label)
-    // An attempt runs in place without a flight: the flight takes it over, with a caller that
-    // stands in for the one running it, which borrows the storage until it returns.
-    if let runner = Self.inPlaceRunner(raw) { flight.adoptInPlaceRun(by: runner, in: word) }
-    word.pointee.word.store(flight.retainedForStorage(), ordering: .relaxed)
-    return .inFlight(flight)
+    while true {
+      if let value = Self.doneValue(of: word) { return .done(value) }
+      let raw = word.pointee.word.load(ordering: .relaxed)
+      if let flight = Flight.attached(raw) { return .inFlight(flight) }
+      let flight = Flight(label: label)
+      let attached = flight.retainedForStorage()
+      // The one store to the word that races with stores made without the lock: an in-place
+      // run starting or ending. If one did, look again.
+      guard
+        word.pointee.word.compareExchange(
+          expected: raw, desired: attached, ordering: .acquiringAndReleasing
+        ).exchanged
+      else {
+        Flight.releaseAttached(attached)
+        continue
+      }
+      // An attempt runs in place without a flight: the flight takes it over, with a caller that
+      // stands in for the one running it, which borrows the storage until it returns. Nobody
+      // sees the flight before the lock is released.
+      if let runner = Self.inPlaceRunner(raw) { flight.adoptInPlaceRun(by: runner, in: word) }
+      return .inFlight(flight)
+    }
   }
 
   /// The value of a done cell, publishing it first if it is *finished*; `nil` if it is not
   /// done. Under ``lock``, while the caller borrows the storage.
   static func doneValue(of word: UnsafePointer<_OnceWord>) -> UInt? {
-    let raw = word.pointee.word.load(ordering: .relaxed)
+    // Acquiring: an in-place run publishes without the lock.
+    let raw = word.pointee.word.load(ordering: .acquiring)
     if raw & 1 == 0 { return raw }
     guard let outcome = Flight.attached(raw)?.outcome else { return nil }
     publish(outcome, in: word)
