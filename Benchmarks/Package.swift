@@ -4,8 +4,9 @@
 //
 //   swift run -c release --package-path Benchmarks MainOnceBenchmarks
 //
-// They use MainOnce's public API and its `@_spi(Instrumentation)` counters (how many
-// main-queue work items a first call sent), nothing internal. Linux only: they read /proc.
+// They use MainOnce's public API only, built in release as a dependent package builds it: what
+// they count (allocations, main-queue work items) they count from outside, by interposing libc's
+// allocator and libdispatch's `dispatch_async_f` (CBenchmarkSupport). Linux only: they read /proc.
 import PackageDescription
 
 let package = Package(
@@ -14,7 +15,8 @@ let package = Package(
   platforms: [.macOS(.v15)],
   dependencies: [.package(name: "MainOnce", path: "..")],
   targets: [
-    // C baselines (`dispatch_once_f`), CPU affinity and an allocation counter.
+    // C baselines (`dispatch_once_f`), CPU affinity, an allocation counter and a counter of
+    // main-queue work items.
     .target(name: "CBenchmarkSupport", path: "CBenchmarkSupport"),
     .executableTarget(
       name: "MainOnceBenchmarks",

@@ -19,9 +19,12 @@ struct BenchmarkRun {
   /// Where to write the JSON; `nil`: nowhere.
   let jsonPath: String?
 
+  /// What `--json` writes. A run that writes into an existing file replaces the groups it
+  /// measured, their numbers and their records, and keeps the others: groups measured by
+  /// separate runs each keep the record of their own run.
   struct Output: Codable {
-    let machine: Machine
-    let command: String
+    /// How each group was measured, by group name (`first-call`, …).
+    var groups: [String: GroupRecord] = [:]
     var fastPath: [FastPathSuite.Row]?
     var scaling: [FastPathSuite.Scaling]?
     var objects: PerObjectSuite.Result?
@@ -32,9 +35,26 @@ struct BenchmarkRun {
     var inPlace: InPlaceFirstCalls.Result?
     var race: [Races.Result]?
     var trackedWaits: TrackedWaitSuite.Result?
-    /// The share of the CPUs that other processes used while each group ran, by group.
-    var otherLoad: [String: Double] = [:]
-    var targets: [Target] = []
+  }
+
+  /// The run that measured a group, as the benchmark binary saw it when it ran: written by the
+  /// binary itself, never by hand.
+  struct GroupRecord: Codable {
+    /// The command, as run: the executable's path (relative to `directory` when it is inside
+    /// it), which names the scratch path and the configuration, and the arguments.
+    let command: String
+    /// The working directory of the command.
+    let directory: String
+    /// The compiler that built the benchmark binary, as its debug information names it: the
+    /// first line of that toolchain's `swift --version`.
+    let toolchain: String
+    let machine: Machine
+    /// When the group started, in UTC (ISO 8601).
+    let date: String
+    /// The share of the CPUs that other processes used while the group ran.
+    let otherLoad: Double
+    /// The group's targets, as judged from what it measured: "met", "within noise" or "MISSED".
+    let targets: [Target]
   }
 
   /// Whether a target was met.
@@ -55,19 +75,28 @@ struct BenchmarkRun {
   @MainActor
   func run() async {
     let machine = Machine.current
-    let command =
-      "swift run -c release --package-path Benchmarks MainOnceBenchmarks "
-      + CommandLine.arguments.dropFirst().joined(separator: " ")
-    print("MainOnce benchmarks (\(command.trimmingCharacters(in: .whitespaces)))")
-    print("machine: \(machine.description)\n")
-    var output = Output(machine: machine, command: command)
+    let invocation = Invocation.current
+    print("MainOnce benchmarks (\(invocation.command))")
+    print("machine: \(machine.description); toolchain: \(invocation.toolchain)\n")
+    var output = Output()
+    if let jsonPath {
+      guard let existing = Self.read(jsonPath) else { return }
+      output = existing
+    }
     let rounds = Rounds(rounds: quick ? 3 : 11, sampleNanoseconds: quick ? 2_000_000 : 20_000_000)
+    var allTargets: [Target] = []
     for group in groups {
       let start = OtherLoad.now()
+      let date = Date()
       defer {
         let share = OtherLoad.now().share(since: start)
-        output.otherLoad[group.rawValue] = share
         Report.printOtherLoad(share, group: group.rawValue)
+        let targets = Targets.evaluate(group, in: output)
+        allTargets += targets
+        output.groups[group.rawValue] = GroupRecord(
+          command: invocation.command, directory: invocation.directory,
+          toolchain: invocation.toolchain, machine: machine,
+          date: date.formatted(.iso8601), otherLoad: share, targets: targets)
       }
       switch group {
       case .fastPath:
@@ -125,8 +154,7 @@ struct BenchmarkRun {
         output.trackedWaits = result
       }
     }
-    output.targets = Targets.evaluate(output)
-    Report.printTargets(output.targets)
+    Report.printTargets(allTargets)
     guard let jsonPath else { return }
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -134,14 +162,73 @@ struct BenchmarkRun {
       positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
     do {
       try encoder.encode(output).write(to: URL(fileURLWithPath: jsonPath))
-      print("\nJSON: \(jsonPath)")
+      let kept = output.groups.keys.filter { name in !groups.contains { $0.rawValue == name } }
+      print(
+        "\nJSON: \(jsonPath)"
+          + (kept.isEmpty
+            ? "" : " (kept from an earlier run: \(kept.sorted().joined(separator: ", ")))"))
     } catch {
       print("\ncannot write \(jsonPath): \(error)")
     }
   }
+
+  /// The results already at `path`, to merge this run's groups into; empty if there is no file.
+  /// `nil`, after saying why, if the file is there but cannot be read as results: this run then
+  /// writes nothing rather than overwrite it.
+  private static func read(_ path: String) -> Output? {
+    guard FileManager.default.fileExists(atPath: path) else { return Output() }
+    let decoder = JSONDecoder()
+    decoder.nonConformingFloatDecodingStrategy = .convertFromString(
+      positiveInfinity: "inf", negativeInfinity: "-inf", nan: "nan")
+    do {
+      return try decoder.decode(Output.self, from: Data(contentsOf: URL(fileURLWithPath: path)))
+    } catch {
+      print("cannot read \(path) to merge into it (\(error)): move it away or name another file")
+      return nil
+    }
+  }
 }
 
-/// What the numbers were measured on.
+/// How this process was started, and by which compiler it was built.
+struct Invocation {
+  let command: String
+  let directory: String
+  let toolchain: String
+
+  static var current: Invocation {
+    let directory = FileManager.default.currentDirectoryPath
+    let executable =
+      (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+      ?? CommandLine.arguments[0]
+    let shown =
+      executable.hasPrefix(directory + "/")
+      ? String(executable.dropFirst(directory.count + 1)) : executable
+    let command = ([shown] + CommandLine.arguments.dropFirst()).map(shellQuoted)
+      .joined(separator: " ")
+    return Invocation(command: command, directory: directory, toolchain: compiler(of: executable))
+  }
+
+  /// The first line of `swift --version` of the toolchain that compiled `executable`: the
+  /// Swift compiler writes it into the debug information of every module it compiles
+  /// (DWARF's producer), and SwiftPM's release builds keep debug information.
+  static func compiler(of executable: String) -> String {
+    let marker = Data("Swift version ".utf8)
+    guard let binary = try? Data(contentsOf: URL(fileURLWithPath: executable)),
+      let start = binary.range(of: marker),
+      let end = binary[start.lowerBound...].firstIndex(where: { $0 == 0 || $0 == 10 })
+    else { return "unknown: the binary has no debug information naming its compiler" }
+    return String(decoding: binary[start.lowerBound..<end], as: UTF8.self)
+  }
+
+  private static func shellQuoted(_ word: String) -> String {
+    let plain = word.allSatisfy { $0.isLetter || $0.isNumber || "-_./=:,+@".contains($0) }
+    return plain && !word.isEmpty
+      ? word : "'" + word.replacingOccurrences(of: "'", with: "'\\''") + "'"
+  }
+}
+
+/// What the numbers were measured on: the CPU's model (`/proc/cpuinfo`), the CPUs this process
+/// may run on, and the kernel as `uname` names it (`Linux 6.18.44-…`).
 struct Machine: Codable, CustomStringConvertible {
   let cpu: String
   let cores: Int
@@ -153,11 +240,15 @@ struct Machine: Codable, CustomStringConvertible {
       cpuInfo.split(separator: "\n").first { $0.hasPrefix("model name") }
       .flatMap { $0.split(separator: ":", maxSplits: 1).last }
       .map { $0.trimmingCharacters(in: .whitespaces) } ?? "unknown CPU"
-    let kernel =
-      (try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8))?
-      .trimmingCharacters(in: .whitespacesAndNewlines) ?? "unknown kernel"
-    return Machine(cpu: model, cores: ProcessInfo.processInfo.activeProcessorCount, kernel: kernel)
+    var names = utsname()
+    uname(&names)
+    func text<T>(_ field: T) -> String {
+      withUnsafeBytes(of: field) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    }
+    return Machine(
+      cpu: model, cores: ProcessInfo.processInfo.activeProcessorCount,
+      kernel: "\(text(names.sysname)) \(text(names.release))")
   }
 
-  var description: String { "\(cpu), \(cores) cores, Linux \(kernel)" }
+  var description: String { "\(cpu), \(cores) cores, \(kernel)" }
 }

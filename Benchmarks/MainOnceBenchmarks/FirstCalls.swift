@@ -1,7 +1,7 @@
 import CBenchmarkSupport
 import Dispatch
 import Foundation
-@_spi(Instrumentation) import MainOnce
+import MainOnce
 
 /// `MainOnceBenchmarks first-call`: the first call of a fresh token from one background thread,
 /// side by side with the hop it makes, under each driver (each in a process of its own, see
@@ -27,7 +27,8 @@ enum FirstCalls {
     let timings: [String: Timing]
     /// Heap allocations per call, on the calling thread and in the whole process.
     let allocations: [String: Allocations]
-    /// Main-queue work items MainOnce sent per first call.
+    /// Main-queue work items MainOnce sent per first call: `dispatch_async_f` calls that target
+    /// the main queue, counted by interposing it (`bench_main_queue_work_items`).
     let workItemsPerCall: Double
   }
 
@@ -94,9 +95,9 @@ enum FirstCalls {
         callingThread: Double(here) / Double(count), process: Double(everywhere) / Double(count))
     }
     let once = variants.first { $0.key == "onceOnMain" }!
-    let itemsBefore = Instrumentation.mainQueueWorkItems
+    let itemsBefore = bench_main_queue_work_items()
     run(once, count: count)
-    let items = Instrumentation.mainQueueWorkItems - itemsBefore
+    let items = bench_main_queue_work_items() - itemsBefore
     return Result(
       driver: driver, oneCPU: oneCPU, tokensPerRound: count, rounds: rounds,
       timings: samples.mapValues { Timing($0) }, allocations: allocations,

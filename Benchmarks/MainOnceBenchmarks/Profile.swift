@@ -1,5 +1,5 @@
 import Foundation
-@_spi(Instrumentation) import MainOnce
+import MainOnce
 import Synchronization
 
 /// `MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]` and

@@ -1,6 +1,7 @@
+import CBenchmarkSupport
 import Dispatch
 import Foundation
-@_spi(Instrumentation) import MainOnce
+import MainOnce
 import Synchronization
 
 /// `MainOnceBenchmarks race`: eight threads racing on a fresh token, MainOnce against the Khan
@@ -61,9 +62,9 @@ enum Races {
       let onceFirst = race.isMultiple(of: 2)
       for candidate in onceFirst ? [0, 1] : [1, 0] {
         if candidate == 0 {
-          let before = Instrumentation.mainQueueWorkItems
+          let before = bench_main_queue_work_items()
           onceTimes.append(pool.race(once()))
-          onceItems += Instrumentation.mainQueueWorkItems - before
+          onceItems += bench_main_queue_work_items() - before
         } else {
           let before = KhanPort.mainQueueSyncs.load(ordering: .relaxed)
           khanTimes.append(pool.race(khan()))

@@ -4,18 +4,20 @@ import Foundation
 /// token size, first calls against the bare hop, races against the Khan port), judged from what
 /// this run measured, with the reason where one is missed.
 enum Targets {
-  static func evaluate(_ output: BenchmarkRun.Output) -> [BenchmarkRun.Target] {
-    var targets: [BenchmarkRun.Target] = []
-    if let rows = output.fastPath { targets += fastPath(rows) }
-    if let objects = output.objects { targets += perObject(objects) }
-    if let sizes = output.sizes { targets += self.sizes(sizes) }
-    if let firstCalls = output.firstCall {
-      targets += self.firstCalls(firstCalls, oneCPU: output.firstCallOneCPU ?? [])
+  /// The targets of `group`, judged from what `output` holds for it.
+  static func evaluate(
+    _ group: BenchmarkRun.Group, in output: BenchmarkRun.Output
+  ) -> [BenchmarkRun.Target] {
+    switch group {
+    case .fastPath: output.fastPath.map(fastPath) ?? []
+    case .objects: output.objects.map(perObject) ?? []
+    case .sizes: output.sizes.map(sizes) ?? []
+    case .firstCall:
+      output.firstCall.map { firstCalls($0, oneCPU: output.firstCallOneCPU ?? []) } ?? []
+    case .inPlace: output.inPlace.map(inPlace) ?? []
+    case .race: output.race.map(races) ?? []
+    case .trackedWaits: output.trackedWaits.map(trackedWaits) ?? []
     }
-    if let inPlace = output.inPlace { targets += self.inPlace(inPlace) }
-    if let races = output.race { targets += self.races(races) }
-    if let trackedWaits = output.trackedWaits { targets += self.trackedWaits(trackedWaits) }
-    return targets
   }
 
   private static func inPlace(_ result: InPlaceFirstCalls.Result) -> [BenchmarkRun.Target] {

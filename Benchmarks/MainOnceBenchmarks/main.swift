@@ -3,7 +3,9 @@
 //   GROUP is one of fast-path, objects, sizes, first-call, in-place, race, tracked-waits; without one,
 //   all of them run, then the speed targets (Targets.swift) are judged, and the JSON goes to
 //   MainOnceBenchmarks.json unless --json names another file (a single group writes JSON only
-//   when --json is given).
+//   when --json is given). Into a file that exists, a run merges: it replaces the groups it
+//   measured and keeps the others. Each group records the command, toolchain and machine of
+//   the run that measured it, and its targets (BenchmarkRun.GroupRecord).
 //   fast-path   done tokens side by side with dispatch_once_f and others; allocations, scaling
 //   objects     runOnce(for:)/onceOnMain(for:) on a done call site, one and two threads, memory
 //   sizes       MemoryLayout of the once-cells

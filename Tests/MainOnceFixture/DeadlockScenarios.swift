@@ -1,7 +1,8 @@
 import Dispatch
 import Foundation
-@_spi(Instrumentation) import MainOnce
 import MainOnceFixtureSupport
+
+@testable import MainOnce
 
 /// Scenarios for the deadlock detector: `MainOnceFixture deadlock <scenario>`.
 /// Those that end print `PASS …`; those that MainOnce must stop never print it.

@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-@_spi(Instrumentation) import MainOnce
+import MainOnce
 import MainOnceFixtureSupport
 import Synchronization
 

@@ -1,7 +1,8 @@
 public import Dispatch
 import Foundation
-@_spi(Instrumentation) public import MainOnce
 public import Synchronization
+
+@testable public import MainOnce
 
 /// How a scenario's process serves the main queue.
 public enum Driver: String, Sendable {

@@ -4,7 +4,7 @@ import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
-@_spi(Instrumentation) @testable import MainOnce
+@testable import MainOnce
 
 #if canImport(Glibc)
   import Glibc

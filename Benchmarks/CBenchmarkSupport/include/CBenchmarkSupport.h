@@ -29,6 +29,11 @@ long bench_allocations_end(void);
 void bench_process_allocations_begin(void);
 long bench_process_allocations_end(void);
 
+/// How many work items `dispatch_async_f` has sent to the main queue in this process: what
+/// MainOnce sends a hop with. Counted by interposing `dispatch_async_f`, which blocks sent with
+/// `dispatch_async` (`DispatchQueue.main.async`) do not go through.
+long bench_main_queue_work_items(void);
+
 /// Bytes of heap in use, in every arena and in mmapped chunks (`mallinfo2`'s `uordblks` and
 /// `hblkhd`), chunk headers included: what the process pays for its live allocations.
 long bench_heap_in_use(void);

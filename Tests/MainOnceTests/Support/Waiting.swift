@@ -1,7 +1,7 @@
 import MainOnceFixtureSupport
 import Testing
 
-@_spi(Instrumentation) @testable import MainOnce
+@testable import MainOnce
 
 /// Waits until `condition` holds, looking every millisecond on a thread of its own (never on the
 /// cooperative pool), for at most `timeout` (scaled, see ``TimeScale``); returns whether it did.
