@@ -155,8 +155,10 @@ struct OnceCell {
   /// cell is published here and reads as done; a fresh one gets a flight.
   func phase() -> Phase {
     while true {
-      if let value = Self.doneValue(of: word) { return .done(value) }
-      let raw = word.pointee.word.load(ordering: .relaxed)
+      // One load for every decision below: an in-place run may publish between two, and a
+      // flight attached over a published word would run the initializer again.
+      let raw = word.pointee.word.load(ordering: .acquiring)
+      if let value = Self.doneValue(raw, in: word) { return .done(value) }
       if let flight = Flight.attached(raw) { return .inFlight(flight) }
       let flight = Flight(label: label)
       let attached = flight.retainedForStorage()
@@ -182,7 +184,11 @@ struct OnceCell {
   /// done. Under ``lock``, while the caller borrows the storage.
   static func doneValue(of word: UnsafePointer<_OnceWord>) -> UInt? {
     // Acquiring: an in-place run publishes without the lock.
-    let raw = word.pointee.word.load(ordering: .acquiring)
+    doneValue(word.pointee.word.load(ordering: .acquiring), in: word)
+  }
+
+  /// ``doneValue(of:)`` for `raw`, the word as the caller loaded it (acquiring).
+  private static func doneValue(_ raw: UInt, in word: UnsafePointer<_OnceWord>) -> UInt? {
     if raw & 1 == 0 { return raw }
     guard let outcome = Flight.attached(raw)?.outcome else { return nil }
     publish(outcome, in: word)
@@ -378,8 +384,10 @@ final class Waiter: @unchecked Sendable {
   // caller is told and read by the caller after it is told (through the lock, the parking's
   // semaphore or the continuation, each of which orders the two); `kind` and `resolution`,
   // which `Wakes.deliver` reads after the lock is released, on the thread that resolved the
-  // caller under it (neither is written again once the caller is resolved); and `isResolved`,
-  // an atomic.
+  // caller under it (neither is written again once the caller is resolved); `isResolved`, an
+  // atomic; and every field written by ``reuse(site:label:kind:attempt:storage:)``, which runs
+  // only on the thread that owns the record, when nothing else refers to it any more (see
+  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``).
 
   /// How the caller learns its resolution: a parked thread is signalled; a suspended task
   /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to
@@ -392,15 +400,15 @@ final class Waiter: @unchecked Sendable {
     case inPlace
   }
 
-  let site: CallSite
-  let label: CellLabel
-  let since = Platform.monotonicNanoseconds()
+  @exclusivity(unchecked) private(set) var site: CallSite
+  @exclusivity(unchecked) private(set) var label: CellLabel
+  @exclusivity(unchecked) private(set) var since = Platform.monotonicNanoseconds()
   @exclusivity(unchecked) var kind: Kind
   /// The caller's attempt; `nil` once resolved.
   @exclusivity(unchecked) var attempt: Attempt?
   /// The storage the caller borrows until it is resolved; `nil` for a completion-form call.
   /// Read only while the caller is not resolved, or by the flight that resolves it as done.
-  let storage: UnsafePointer<_OnceWord>?
+  @exclusivity(unchecked) private(set) var storage: UnsafePointer<_OnceWord>?
   /// Where the caller is in its wait: the machine's, through ``WaiterQueue``.
   @exclusivity(unchecked) var phase = CallerPhase.arriving
   /// When its attempt started, while it runs.
@@ -422,6 +430,26 @@ final class Waiter: @unchecked Sendable {
     self.kind = kind
     self.attempt = attempt
     self.storage = storage
+  }
+
+  /// Makes a blocking caller's record, resolved and referred to by nothing but its thread,
+  /// new again for that thread's next wait: what a fresh one would be.
+  func reuse(
+    site: CallSite, label: CellLabel, kind: Kind, attempt: @escaping Attempt,
+    storage: UnsafePointer<_OnceWord>
+  ) {
+    self.site = site
+    self.label = label
+    since = Platform.monotonicNanoseconds()
+    self.kind = kind
+    self.attempt = attempt
+    self.storage = storage
+    phase = .arriving
+    startedAt = 0
+    flight = nil
+    next = nil
+    resolution = nil
+    isResolved.store(false, ordering: .relaxed)
   }
 }
 
