@@ -31,8 +31,8 @@ enum MainQueueEngine {
 
   private enum Step {
     case done
-    case drive(Flight, Waiter, first: Waiter?)
-    case park(Flight, Waiter, hop: Bool)
+    case drive(Flight, first: Waiter?)
+    case park(Flight, hop: Bool)
     /// A re-entrant call: the site of the call whose attempt runs, if its flight knows it.
     case reentrant(CallSite?)
   }
@@ -76,15 +76,15 @@ enum MainQueueEngine {
     return withoutActuallyEscaping(attempt) { attempt -> Resolution in
       let parking = thread.takeParking()
       defer { thread.returnParking(parking) }
+      let waiter = thread.takeWaiter(
+        site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
+        attempt: attempt, storage: cell.word)
       let step = OnceCell.lock.withLock { () -> Step in
         guard case .inFlight(let flight) = cell.phase() else { return .done }
-        let waiter = Waiter(
-          site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
-          attempt: attempt, storage: cell.word)
         switch flight.arrive(waiter, on: thread.id, inMainContext: drives) {
         case .reentrant: return .reentrant(flight.runner!.site)
-        case .drive(let first): return .drive(flight, waiter, first: first)
-        case .wait(let sendsHop): return .park(flight, waiter, hop: sendsHop)
+        case .drive(let first): return .drive(flight, first: first)
+        case .wait(let sendsHop): return .park(flight, hop: sendsHop)
         case .runByAnotherThread(let runner):
           Diagnostics.internalInconsistency(
             "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
@@ -94,13 +94,15 @@ enum MainQueueEngine {
       }
       switch step {
       case .done:
+        // Unused: the record's attempt is dropped, so that it keeps nothing of this call.
+        waiter.attempt = nil
         return .done
       case .reentrant(let runnerSite):
         reenter(cell, site: site, runnerSite: runnerSite, on: thread)
-      case .drive(let flight, let waiter, let first):
+      case .drive(let flight, let first):
         drive(flight, from: first, on: thread)
         return waiter.resolution!
-      case .park(let flight, let waiter, let hop):
+      case .park(let flight, let hop):
         if hop { sendHop(for: flight) }
         park(waiter, on: thread, parking: parking)
         return waiter.resolution!

@@ -13,7 +13,8 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, `inPlaceRuns`, the cache's slots, `spareParking`, `trackedWaitIsInUse`
+  // `mainContextDepth`, `inPlaceRuns`, the cache's slots, `spareParking`, `spareWaiters`,
+  // `trackedWaitIsInUse`
   // and `nestedTrackedWaits` are only read and written by the thread this record belongs to; that
   // also makes their accesses exclusive, so they skip the dynamic check. `spareTrackedWait`
   // never changes either (its object says why it may be shared), and the published wait and its
@@ -45,6 +46,33 @@ final class ThreadRecord: @unchecked Sendable {
   /// Bumped by this thread each time it publishes a wait: the detector tells one wait from the
   /// next that reuses the same object by it.
   let publications = Atomic<UInt>(0)
+
+  /// The records of this thread's last two blocking once-cell calls, to reuse for its next.
+  @exclusivity(unchecked) private var spareWaiters: (Waiter?, Waiter?)
+
+  /// A caller record for a blocking once-cell call of this thread: one that an earlier call
+  /// used, if nothing else refers to it any more (no flight, queue, wait board or deadlock
+  /// report), so that blocking calls allocate none after a thread's first two; otherwise a new
+  /// one, which replaces the older spare. Two, because the thread that resolved the last call
+  /// may still hold it for a moment after waking this one; a call nested in a wait of this
+  /// thread finds its outer call's record held by a flight, and takes the other.
+  func takeWaiter(
+    site: CallSite, label: CellLabel, kind: Waiter.Kind, attempt: @escaping Attempt,
+    storage: UnsafePointer<_OnceWord>
+  ) -> Waiter {
+    let waiter: Waiter
+    if spareWaiters.0 != nil, isKnownUniquelyReferenced(&spareWaiters.0!) {
+      waiter = spareWaiters.0!
+    } else if spareWaiters.1 != nil, isKnownUniquelyReferenced(&spareWaiters.1!) {
+      waiter = spareWaiters.1!
+    } else {
+      let new = Waiter(site: site, label: label, kind: kind, attempt: attempt, storage: storage)
+      spareWaiters = (new, spareWaiters.0)
+      return new
+    }
+    waiter.reuse(site: site, label: label, kind: kind, attempt: attempt, storage: storage)
+    return waiter
+  }
 
   /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
   /// another wait of this thread gets a fresh one.
