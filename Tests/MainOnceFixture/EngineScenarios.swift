@@ -44,6 +44,13 @@ enum EngineScenario: String, CaseIterable {
   case inPlaceWhileWorkerHops
   /// The same, with a tracked wait (`DispatchSemaphore.wait(for:timeout:)`).
   case inPlaceWhileWorkerHopsTracked
+  /// Two workers wait in their hops, one for an outer token whose initializer calls an inner
+  /// token and then throws, one for the inner token. Main-queue code then calls the outer token:
+  /// it drives the outer flight and, inside the outer worker's initializer, makes a blocking
+  /// call of the inner token while its own call of the outer one is still queued; that call's
+  /// initializer runs next. Each must run once and every caller return: the nested call must
+  /// not reuse the record of the call it is nested in.
+  case nestedBlockingCallInMainContext
   /// Main-queue code runs `DispatchQueue.concurrentPerform`, whose iterations call one token:
   /// the main-queue iteration runs it in place while a worker iteration is already in its hop.
   case concurrentPerform
@@ -87,6 +94,7 @@ enum EngineScenario: String, CaseIterable {
       case .inPlaceWhileWorkerHops: runInPlaceWhileWorkerHops(tracked: false)
       case .inPlaceWhileWorkerHopsTracked: runInPlaceWhileWorkerHops(tracked: true)
       case .concurrentPerform: concurrentPerformScenario()
+      case .nestedBlockingCallInMainContext: runNestedBlockingCallInMainContext()
       case .fallbackRunOnceNesting: startOffMain { runFallbackRunOnceNesting(mainCaller: true) }
       case .fallbackRunOnceNestingAlone:
         startOffMain { runFallbackRunOnceNesting(mainCaller: false) }
@@ -512,6 +520,44 @@ enum EngineTokens {
   static let perform = MainOnceToken("concurrentPerform")
   static let fallback = MainOnceToken("fallback nesting")
   static let cancellationStorm = MainOnceToken("cancellation storm")
+  static let outer = MainOnceToken("outer")
+  static let inner = MainOnceToken("inner")
+}
+
+/// Runs on the main queue.
+private func runNestedBlockingCallInMainContext() {
+  let tally = Tally()
+  let workers = DispatchGroup()
+  func startWorker(_ body: @escaping @Sendable () -> Void) {
+    workers.enter()
+    Thread {
+      body()
+      workers.leave()
+    }.start()
+  }
+  struct OuterFailed: Error {}
+  startWorker {
+    do {
+      try onceOnMain(token: EngineTokens.outer) { () throws(OuterFailed) in
+        tally.add("outerAttempts")
+        onceOnMain(token: EngineTokens.inner) { tally.add("innerRuns") }
+        // So that main-queue code's own attempt, queued behind this one, runs next.
+        throw OuterFailed()
+      }
+    } catch {
+      tally.add("outerErrors")
+    }
+  }
+  guard waitUntilParked(1) else { verdict(false, "the outer worker never parked") }
+  startWorker { onceOnMain(token: EngineTokens.inner) { tally.add("innerRuns") } }
+  guard waitUntilParked(2) else { verdict(false, "the inner worker never parked") }
+  onceOnMain(token: EngineTokens.outer) { tally.add("outerRuns") }
+  guard workers.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+    verdict(false, "a worker was still blocked after both tokens were done \(tally.summary)")
+  }
+  verdict(
+    tally["outerAttempts"] == 1 && tally["outerErrors"] == 1 && tally["outerRuns"] == 1
+      && tally["innerRuns"] == 1, tally.summary)
 }
 
 /// Runs on the main queue.

@@ -108,6 +108,13 @@ struct EngineSoundnessTests {
   }
 
   @Test(
+    "a blocking call nested in main-queue code's own queued call runs each initializer once",
+    arguments: cases("nestedBlockingCallInMainContext"))
+  func nestedBlockingCallInMainContext(_ testCase: Case) async throws {
+    try await expectPass(testCase)
+  }
+
+  @Test(
     "concurrentPerform on the main queue with one token does not hang",
     arguments: cases("concurrentPerform"))
   func concurrentPerformOnMain(_ testCase: Case) async throws {
