@@ -284,7 +284,10 @@ enum MainQueueEngine {
     let next = OnceCell.lock.withLock {
       flight.finish(owner, with: result, into: &wakes)
       let next = flight.startNextAttempt(on: thread.id)
-      if next == nil { reportedSince = flight.endOfReportedStall() }
+      // Only a flight the detector reported has an end to report: the rest never call it.
+      if next == nil, flight.reportedSince != nil {
+        reportedSince = flight.endOfReportedStall()
+      }
       return next
     }
     // The word that a reported stall ended comes before any caller can go on.

@@ -14,11 +14,11 @@ internal import _CMainOnceShims
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
   // `mainContextDepth`, `inPlaceRuns`, the cache's slots, `spareParking`, `spareWaiters`,
-  // `trackedWaitIsInUse`
-  // and `nestedTrackedWaits` are only read and written by the thread this record belongs to; that
-  // also makes their accesses exclusive, so they skip the dynamic check. `spareTrackedWait`
-  // never changes either (its object says why it may be shared), and the published wait and its
-  // count are atomics.
+  // `spareTrackedWait` (the property, made once; the object it holds says why it may be shared),
+  // `trackedWaitIsInUse` and `nestedTrackedWaits` are only read and written by the thread this
+  // record belongs to; that also makes their accesses exclusive, so they skip the dynamic check
+  // (but for the lazy `spareTrackedWait`, which cannot).
+  // The published wait and its count are atomics.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
@@ -31,9 +31,9 @@ final class ThreadRecord: @unchecked Sendable {
   let objectCells = ObjectCellCache()
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
-  /// A tracked wait to reuse, so that publishing one allocates nothing; and whether a wait of
-  /// this thread uses it now.
-  let spareTrackedWait: TrackedWait
+  /// A tracked wait to reuse, so that publishing one allocates nothing (made at this thread's
+  /// first tracked wait); and whether a wait of this thread uses it now.
+  private(set) lazy var spareTrackedWait = TrackedWait(thread: id)
   @exclusivity(unchecked) var trackedWaitIsInUse = false
   /// The once-cells whose attempt this thread runs in place, without a flight (innermost
   /// last), each with the call that runs it: a re-entrant call names that call.
@@ -87,7 +87,6 @@ final class ThreadRecord: @unchecked Sendable {
 
   private init() {
     id = ThreadID.current()
-    spareTrackedWait = TrackedWait(thread: id)
     #if os(Linux)
       isMainThread = id == ThreadID.mainThread
     #else
