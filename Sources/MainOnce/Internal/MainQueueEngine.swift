@@ -191,8 +191,9 @@ enum MainQueueEngine {
   /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
   /// `service` policy runs them in place.
   ///
-  /// This is safe because it is only read and written under ``OnceCell/lock``.
-  nonisolated(unsafe) static var awaitingHop: [Flight] = []
+  /// This is safe because it is only read and written under ``OnceCell/lock``, which also makes
+  /// its accesses exclusive, so they skip the dynamic check.
+  @exclusivity(unchecked) nonisolated(unsafe) static var awaitingHop: [Flight] = []
 
   // MARK: - Running the queue in main context
 
