@@ -371,7 +371,7 @@ extension EngineSoundnessInProcessTests {
         }
       }
       #expect(threw == true)
-      flight = OnceCell.lock.withLock {
+      flight = OnceCell.withLock { _ in
         Flight.attached(owner.token._word.word.load(ordering: .relaxed))
       }
       #expect(flight != nil)

@@ -22,11 +22,13 @@ struct OnceCellTests {
         attempt: nil, storage: nil)
     }
     var wakes = Wakes()
-    OnceCell.lock.withLock {
-      guard case .inFlight(let flight) = storage.cell.phase() else { return }
-      _ = flight.arrive(owner, on: ThreadRecord.current.id, inMainContext: true)
-      for handler in handlers { _ = flight.arrive(handler, on: nil, inMainContext: false) }
-      flight.finish(owner, with: .success(0), into: &wakes)
+    OnceCell.withLock { held in
+      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return }
+      _ = flight.arrive(owner, on: ThreadRecord.current.id, inMainContext: true, holding: held)
+      for handler in handlers {
+        _ = flight.arrive(handler, on: nil, inMainContext: false, holding: held)
+      }
+      flight.finish(owner, with: .success(0), into: &wakes, holding: held)
     }
     wakes.deliver()
     let publishedAtEnd = storage.word.isPublished
@@ -40,13 +42,13 @@ struct OnceCellTests {
     let handler = Waiter(
       site: cellSite, label: cellLabel, kind: .handler { _ in }, attempt: nil, storage: nil)
     var wakes = Wakes()
-    let published = OnceCell.lock.withLock { () -> [Bool] in
-      guard case .inFlight(let flight) = storage.cell.phase() else { return [] }
-      _ = flight.arrive(handler, on: nil, inMainContext: false)
-      _ = flight.mainQueueReached(on: ThreadRecord.current.id, isHop: true)
-      flight.finish(handler, with: .success(0), into: &wakes)
+    let published = OnceCell.withLock { held -> [Bool] in
+      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return [] }
+      _ = flight.arrive(handler, on: nil, inMainContext: false, holding: held)
+      _ = flight.mainQueueReached(on: ThreadRecord.current.id, isHop: true, holding: held)
+      flight.finish(handler, with: .success(0), into: &wakes, holding: held)
       let whenFinished = storage.word.isPublished
-      guard case .done = storage.cell.phase() else { return [whenFinished] }
+      guard case .done = storage.cell.phase(holding: held) else { return [whenFinished] }
       return [whenFinished, storage.word.isPublished]
     }
     wakes.deliver()
@@ -66,16 +68,16 @@ struct OnceCellTests {
       site: cellSite, label: cellLabel, kind: .thread(parking, me), attempt: nil,
       storage: storage.word.address)
     var wakes = Wakes()
-    let ended = OnceCell.lock.withLock { () -> [Bool] in
-      guard case .inFlight(let flight) = storage.cell.phase() else { return [] }
-      _ = flight.arrive(failed, on: me, inMainContext: true)
-      _ = flight.arrive(next, on: nil, inMainContext: false)
-      flight.finish(failed, with: .failure(AttemptFailed()), into: &wakes)
+    let ended = OnceCell.withLock { held -> [Bool] in
+      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return [] }
+      _ = flight.arrive(failed, on: me, inMainContext: true, holding: held)
+      _ = flight.arrive(next, on: nil, inMainContext: false, holding: held)
+      flight.finish(failed, with: .failure(AttemptFailed()), into: &wakes, holding: held)
       // The runner goes on with `next`: the failed caller's wait still names it as its blocker,
       // so only its end mark keeps the deadlock detector from counting it.
       let marks = [failed.isOver, next.isOver]
-      _ = flight.startNextAttempt(on: me)
-      flight.finish(next, with: .success(0), into: &wakes)
+      _ = flight.startNextAttempt(on: me, holding: held)
+      flight.finish(next, with: .success(0), into: &wakes, holding: held)
       return marks
     }
     #expect(ended == [true, false])

@@ -194,7 +194,7 @@ func waitingCallers(labelContaining text: String) -> Int {
       if let waiter = entry.wait as? Waiter, !waiter.isOver,
         waiter.label.description.contains(text)
       {
-        return OnceCell.lock.withLock { waiter.flight }
+        return OnceCell.withLock { _ in waiter.flight }
       }
       if let waiter = entry.wait as? RunOnceCell.Waiter, !waiter.isOver,
         waiter.cell.label.description.contains(text)
@@ -205,7 +205,9 @@ func waitingCallers(labelContaining text: String) -> Int {
     }
   }
   if let flight = cells.first as? Flight {
-    return OnceCell.lock.withLock { flight.queue.filter { $0.phase == .queued }.count }
+    return OnceCell.withLock { held in
+      flight.queue(holding: held).filter { $0.phase == .queued }.count
+    }
   }
   if let cell = cells.first as? RunOnceCell {
     return RunOnceCell.lock.withLock { cell.current?.machine.waiting.count ?? 0 }

@@ -3,7 +3,7 @@ internal import _CMainOnceShims
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
 /// waits, and how the end reaches every caller: it performs what the cell's state machine
-/// (`FlightMachine.swift`) decides, under ``OnceCell/lock``.
+/// (`FlightMachine.swift`) decides, under the engine's lock (``OnceCell/withLock(_:)``).
 ///
 /// A blocking first call, from `onceOnMain(token:)` to its return, goes through
 /// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Internal/OnceCell.swift`
@@ -18,7 +18,7 @@ internal import _CMainOnceShims
 /// that outlives it calls the deadlock detector (`Detector.watch`), and only a flight that the
 /// detector reported calls it again when it ends (`Detector.subjectEnded`).
 ///
-/// A caller asks the cell for its phase under ``OnceCell/lock``; unless it is done, it queues its
+/// A caller asks the cell for its phase under the engine's lock (``OnceCell/withLock(_:)``); unless it is done, it queues its
 /// attempt and takes one of two roles. **Drive**, in main context: run the queued attempts in
 /// arrival order until one succeeds or none is left (a hop from main context would trap in
 /// libdispatch). **Wait**, elsewhere: park, suspend, or keep a completion handler, after sending a
@@ -79,10 +79,10 @@ enum MainQueueEngine {
       let waiter = thread.takeWaiter(
         site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
         attempt: attempt, storage: cell.word)
-      let step = OnceCell.lock.withLock { () -> Step in
-        guard case .inFlight(let flight) = cell.phase() else { return .done }
-        switch flight.arrive(waiter, on: thread.id, inMainContext: drives) {
-        case .reentrant: return .reentrant(flight.runner!.site)
+      let step = OnceCell.withLock { held -> Step in
+        guard case .inFlight(let flight) = cell.phase(holding: held) else { return .done }
+        switch flight.arrive(waiter, on: thread.id, inMainContext: drives, holding: held) {
+        case .reentrant: return .reentrant(flight.runner(holding: held)!.site)
         case .drive(let first): return .drive(flight, first: first)
         case .wait(let sendsHop): return .park(flight, hop: sendsHop)
         case .runByAnotherThread(let runner):
@@ -121,16 +121,19 @@ enum MainQueueEngine {
       site: site, label: cell.label, kind: .task(nil), attempt: attempt, storage: cell.word)
     let resolution = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, flight, hop, times) = OnceCell.lock.withLock {
-          () -> (Resolution?, Flight?, Bool, Bool) in
-          guard case .inFlight(let flight) = cell.phase() else { return (.done, nil, false, false) }
+        let (now, flight, hop, times) = OnceCell.withLock {
+          held -> (Resolution?, Flight?, Bool, Bool) in
+          guard case .inFlight(let flight) = cell.phase(holding: held) else {
+            return (.done, nil, false, false)
+          }
           waiter.kind = .task(continuation)
           // A task cancelled before this found nothing to take out of the queue: it never
           // queues. One cancelled after this finds it queued (the handler takes the lock).
-          switch flight.arrive(waiter, on: nil, inMainContext: false, isCancelled: Task.isCancelled)
+          switch flight.arrive(
+            waiter, on: nil, inMainContext: false, isCancelled: Task.isCancelled, holding: held)
           {
           case .cancelled: return (.cancelled, nil, false, false)
-          case .wait(let sendsHop): return (nil, flight, sendsHop, flight.claimTimer())
+          case .wait(let sendsHop): return (nil, flight, sendsHop, flight.claimTimer(holding: held))
           case .reentrant, .drive, .runByAnotherThread:
             Diagnostics.internalInconsistency("a task was given the main queue's role")
           }
@@ -141,10 +144,10 @@ enum MainQueueEngine {
       }
     } onCancel: {
       var wakes = Wakes()
-      let ended = OnceCell.lock.withLock { () -> (Flight, UInt64)? in
+      let ended = OnceCell.withLock { held -> (Flight, UInt64)? in
         guard let flight = waiter.flight else { return nil }
-        flight.cancel(waiter, into: &wakes)
-        return flight.endOfReportedStall().map { (flight, $0) }
+        flight.cancel(waiter, into: &wakes, holding: held)
+        return flight.endOfReportedStall(holding: held).map { (flight, $0) }
       }
       if let (flight, since) = ended {
         Detector.subjectEnded(flight, finished: false, waitingSince: since)
@@ -160,12 +163,17 @@ enum MainQueueEngine {
 
   /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.
   static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
-    let (flight, hop, times) = OnceCell.lock.withLock { () -> (Flight?, Bool, Bool) in
-      guard case .inFlight(let flight) = cell.phase() else { return (nil, false, false) }
-      guard case .wait(let sendsHop) = flight.arrive(waiter, on: nil, inMainContext: false) else {
+    let (flight, hop, times) = OnceCell.withLock { held -> (Flight?, Bool, Bool) in
+      guard case .inFlight(let flight) = cell.phase(holding: held) else {
+        return (nil, false, false)
+      }
+      guard
+        case .wait(let sendsHop) = flight.arrive(
+          waiter, on: nil, inMainContext: false, holding: held)
+      else {
         Diagnostics.internalInconsistency("a completion handler was given the main queue's role")
       }
-      return (flight, sendsHop, flight.claimTimer())
+      return (flight, sendsHop, flight.claimTimer(holding: held))
     }
     guard let flight else { return false }
     if hop { sendHop(for: flight) }
@@ -187,13 +195,6 @@ enum MainQueueEngine {
     WaitBoard.withdraw(previous, on: thread)
     Instrumentation.noteWoke()
   }
-
-  /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
-  /// `service` policy runs them in place.
-  ///
-  /// This is safe because it is only read and written under ``OnceCell/lock``, which also makes
-  /// its accesses exclusive, so they skip the dynamic check.
-  @exclusivity(unchecked) nonisolated(unsafe) static var awaitingHop: [Flight] = []
 
   // MARK: - Running the queue in main context
 
@@ -219,7 +220,9 @@ enum MainQueueEngine {
       Diagnostics.internalInconsistency(
         "\(thread.id) would run \(flight.label) without holding the main queue")
     }
-    let step = OnceCell.lock.withLock { flight.mainQueueReached(on: thread.id, isHop: isHop) }
+    let step = OnceCell.withLock {
+      flight.mainQueueReached(on: thread.id, isHop: isHop, holding: $0)
+    }
     switch step {
     case .drive(let first): drive(flight, from: first, on: thread)
     case .runByAnotherThread(let runner):
@@ -249,7 +252,7 @@ enum MainQueueEngine {
     let result = runInMainContext(attempt, on: thread)
     thread.inPlaceRuns.removeLast()
     if !cell.endInPlaceRun(by: thread.id, with: result) {
-      let (flight, standIn) = OnceCell.lock.withLock { cell.takenOverRun(of: thread.id) }
+      let (flight, standIn) = OnceCell.withLock { cell.takenOverRun(of: thread.id, holding: $0) }
       drive(flight, from: settle(flight, standIn, with: result, on: thread), on: thread)
     }
     switch result {
@@ -281,19 +284,21 @@ enum MainQueueEngine {
     on thread: ThreadRecord
   ) -> Waiter? {
     var wakes = Wakes()
-    var reportedSince: UInt64?
-    let next = OnceCell.lock.withLock {
-      flight.finish(owner, with: result, into: &wakes)
-      let next = flight.startNextAttempt(on: thread.id)
+    var ended: (since: UInt64, finished: Bool)?
+    let next = OnceCell.withLock { held in
+      flight.finish(owner, with: result, into: &wakes, holding: held)
+      let next = flight.startNextAttempt(on: thread.id, holding: held)
       // Only a flight the detector reported has an end to report: the rest never call it.
-      if next == nil, flight.reportedSince != nil {
-        reportedSince = flight.endOfReportedStall()
+      if next == nil, flight.withState(holding: held, { $0.reportedSince != nil }),
+        let since = flight.endOfReportedStall(holding: held)
+      {
+        ended = (since, flight.outcome(holding: held) != nil)
       }
       return next
     }
     // The word that a reported stall ended comes before any caller can go on.
-    if let reportedSince {
-      Detector.subjectEnded(flight, finished: flight.outcome != nil, waitingSince: reportedSince)
+    if let ended {
+      Detector.subjectEnded(flight, finished: ended.finished, waitingSince: ended.since)
     }
     wakes.deliver()
     return next

@@ -17,9 +17,9 @@ extension StallSubject {
 
 extension Flight: StallSubject {
   func stallSnapshot() -> StallSnapshot? {
-    OnceCell.lock.withLock {
-      guard outcome == nil else { return nil }
-      let callers = queue.compactMap { waiter -> StallSnapshot.Caller? in
+    OnceCell.withLock { held in
+      guard outcome(holding: held) == nil else { return nil }
+      let callers = queue(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
         switch waiter.kind {
         case .thread(_, let thread):
           .init(kind: .thread, thread: thread, site: waiter.site, since: waiter.since)
@@ -29,36 +29,50 @@ extension Flight: StallSubject {
         }
       }
       let obstacle: StallSnapshot.Obstacle =
-        if let runner { .runner(runner.thread, since: runner.since) } else { .mainQueue }
+        if let runner = runner(holding: held) {
+          .runner(runner.thread, since: runner.since)
+        } else {
+          .mainQueue
+        }
       return StallSnapshot(callers: callers, obstacle: obstacle)
     }
   }
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
-    OnceCell.lock.withLock {
-      guard reportedSince == nil, outcome == nil else { return false }
-      reportedSince = waitingSince
-      return true
+    OnceCell.withLock { held in
+      withState(holding: held) { state in
+        guard state.reportedSince == nil, state.machine.outcome == nil else { return false }
+        state.reportedSince = waitingSince
+        return true
+      }
     }
   }
 
   /// Whether a timer must be started to watch the flight for callers that do not block: the
-  /// first such caller's. Under the lock.
-  func claimTimer() -> Bool {
-    defer { isTimed = true }
-    return !isTimed
+  /// first such caller's.
+  func claimTimer(holding held: borrowing OnceCell.Held) -> Bool {
+    withState(holding: held) { state in
+      defer { state.isTimed = true }
+      return !state.isTimed
+    }
   }
 
   /// When the callers of a reported flight had begun to wait, if it was reported and nobody
   /// waits for it any more (it finished, or its last caller left); its end is then reported
-  /// once. Under the lock.
-  func endOfReportedStall() -> UInt64? {
-    guard let since = reportedSince, outcome != nil || queue.isEmpty && runner == nil else {
-      return nil
+  /// once.
+  func endOfReportedStall(holding held: borrowing OnceCell.Held) -> UInt64? {
+    withState(holding: held) { state in
+      let machine = state.machine
+      guard let since = state.reportedSince,
+        machine.outcome != nil || machine.callers.isEmpty && machine.runner == nil
+      else {
+        return nil
+      }
+      state.reportedSince = nil
+      return since
     }
-    reportedSince = nil
-    return since
   }
+
 }
 
 extension Waiter: BlockingWait {
@@ -73,18 +87,22 @@ extension Waiter: BlockingWait {
   var isOver: Bool { isResolved.load(ordering: .acquiring) }
 
   func blockers() -> Blockers {
-    OnceCell.lock.withLock {
-      guard resolution == nil, let flight, flight.outcome == nil else { return .none }
-      if let runner = flight.runner { return .thread(runner.thread, reason: ", which runs it") }
+    OnceCell.withLock { held in
+      guard resolution == nil, let flight, flight.outcome(holding: held) == nil else {
+        return .none
+      }
+      if let runner = flight.runner(holding: held) {
+        return .thread(runner.thread, reason: ", which runs it")
+      }
       return .mainQueue
     }
   }
 
-  var epoch: UInt { OnceCell.lock.withLock { flight?.epoch.load(ordering: .acquiring) ?? 0 } }
+  var epoch: UInt { OnceCell.withLock { _ in flight?.epoch.load(ordering: .acquiring) ?? 0 } }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
   var call: String { label.hasCallSites ? "\(label.operation) at \(site)" : "\(label.operation)" }
   var waitsFor: String { label.waitedFor }
-  var stallSubject: (any StallSubject)? { OnceCell.lock.withLock { flight } }
+  var stallSubject: (any StallSubject)? { OnceCell.withLock { _ in flight } }
 }
 
 extension CellLabel {

@@ -59,7 +59,7 @@ struct _OnceWord: ~Copyable, Sendable {
   @inline(never)
   func _isDoneSlowPath() -> Bool {
     let word = address
-    return OnceCell.lock.withLock { OnceCell.doneValue(of: word) != nil }
+    return OnceCell.withLock { OnceCell.doneValue(of: word, holding: $0) != nil }
   }
 
   /// The storage's address, for a caller that borrows it for as long as it uses the address.
@@ -86,8 +86,24 @@ struct OnceCell {
   let word: UnsafePointer<_OnceWord>
   let label: CellLabel
 
-  /// The lock that guards every flight and every store to a cell's word.
-  static let lock = Lock(rank: .onceCell)
+  /// The lock that guards every flight and every store to a cell's word but an in-place run's:
+  /// taken only through ``withLock(_:)``.
+  private static let lock = Lock(rank: .onceCell)
+
+  /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
+  /// only borrows it, so no code outside the lock's scope can have one. Every method that reads
+  /// or writes a flight's state, or stores to a word under the lock, takes one: an access to
+  /// that state without the lock does not compile.
+  struct Held: ~Copyable {
+    fileprivate init() {}
+  }
+
+  /// Runs `body` holding the lock that guards every flight.
+  static func withLock<Result, Failure: Error>(
+    _ body: (borrowing Held) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+  }
 
   /// The word of a cell whose attempt `thread` runs in place, in main context, without a
   /// flight: odd, so not done, and with bit 1 set, which a flight's tagged address (aligned to
@@ -133,11 +149,11 @@ struct OnceCell {
   }
 
   /// The flight that took over `thread`'s in-place run, and the caller that stands in for that
-  /// run, whose end the flight records next. Under ``lock``, after ``endInPlaceRun(by:with:)``
-  /// returned `false`.
-  func takenOverRun(of thread: ThreadID) -> (Flight, Waiter) {
+  /// run, whose end the flight records next. After ``endInPlaceRun(by:with:)`` returned
+  /// `false`.
+  func takenOverRun(of thread: ThreadID, holding held: borrowing Held) -> (Flight, Waiter) {
     let raw = word.pointee.word.load(ordering: .relaxed)
-    guard let flight = Flight.attached(raw), let standIn = flight.running else {
+    guard let flight = Flight.attached(raw), let standIn = flight.running(holding: held) else {
       Diagnostics.internalInconsistency("\(label) changed while \(thread) ran it in place")
     }
     return (flight, standIn)
@@ -151,14 +167,14 @@ struct OnceCell {
     case inFlight(Flight)
   }
 
-  /// The phase of the cell; under ``lock``, while the caller borrows the storage. A *finished*
-  /// cell is published here and reads as done; a fresh one gets a flight.
-  func phase() -> Phase {
+  /// The phase of the cell, while the caller borrows the storage. A *finished* cell is published
+  /// here and reads as done; a fresh one gets a flight.
+  func phase(holding held: borrowing Held) -> Phase {
     while true {
       // One load for every decision below: an in-place run may publish between two, and a
       // flight attached over a published word would run the initializer again.
       let raw = word.pointee.word.load(ordering: .acquiring)
-      if let value = Self.doneValue(raw, in: word) { return .done(value) }
+      if let value = Self.doneValue(raw, in: word, holding: held) { return .done(value) }
       if let flight = Flight.attached(raw) { return .inFlight(flight) }
       let flight = Flight(label: label)
       let attached = flight.retainedForStorage()
@@ -175,29 +191,33 @@ struct OnceCell {
       // An attempt runs in place without a flight: the flight takes it over, with a caller that
       // stands in for the one running it, which borrows the storage until it returns. Nobody
       // sees the flight before the lock is released.
-      if let runner = Self.inPlaceRunner(raw) { flight.adoptInPlaceRun(by: runner, in: word) }
+      if let runner = Self.inPlaceRunner(raw) {
+        flight.adoptInPlaceRun(by: runner, in: word, holding: held)
+      }
       return .inFlight(flight)
     }
   }
 
   /// The value of a done cell, publishing it first if it is *finished*; `nil` if it is not
-  /// done. Under ``lock``, while the caller borrows the storage.
-  static func doneValue(of word: UnsafePointer<_OnceWord>) -> UInt? {
+  /// done. While the caller borrows the storage.
+  static func doneValue(of word: UnsafePointer<_OnceWord>, holding held: borrowing Held) -> UInt? {
     // Acquiring: an in-place run publishes without the lock.
-    doneValue(word.pointee.word.load(ordering: .acquiring), in: word)
+    doneValue(word.pointee.word.load(ordering: .acquiring), in: word, holding: held)
   }
 
   /// ``doneValue(of:)`` for `raw`, the word as the caller loaded it (acquiring).
-  private static func doneValue(_ raw: UInt, in word: UnsafePointer<_OnceWord>) -> UInt? {
+  private static func doneValue(
+    _ raw: UInt, in word: UnsafePointer<_OnceWord>, holding held: borrowing Held
+  ) -> UInt? {
     if raw & 1 == 0 { return raw }
-    guard let outcome = Flight.attached(raw)?.outcome else { return nil }
-    publish(outcome, in: word)
+    guard let outcome = Flight.attached(raw)?.outcome(holding: held) else { return nil }
+    publish(outcome, in: word, holding: held)
     return outcome
   }
 
   /// Stores `value` in the word with a releasing store, and lets go of the finished flight.
-  /// Under the lock, by a caller that borrows the storage.
-  static func publish(_ value: UInt, in word: UnsafePointer<_OnceWord>) {
+  /// By a caller that borrows the storage.
+  static func publish(_ value: UInt, in word: UnsafePointer<_OnceWord>, holding _: borrowing Held) {
     let previous = word.pointee.word.load(ordering: .relaxed)
     word.pointee.word.store(value, ordering: .releasing)
     Flight.releaseAttached(previous)
@@ -213,38 +233,60 @@ typealias Attempt = () -> Result<UInt, any Error>
 /// waiter, the deadlock detector). An object cannot be reallocated while it is retained, so
 /// nothing left over from one cell can act on another cell that reuses the storage's address.
 final class Flight: @unchecked Sendable {
-  // This is safe because the variables are only read and written under `OnceCell.lock`, which
-  // also makes their accesses exclusive, so they skip the dynamic check.
+  // This is safe because its state, and the list of flights awaiting a hop, are reachable only
+  // through methods that take proof that the caller holds the engine's lock (`OnceCell.Held`),
+  // which also makes their accesses exclusive, so they skip the dynamic check; `label` never
+  // changes, and `epoch` is an atomic.
+
+  /// What the engine's lock guards.
+  struct State {
+    var machine = FlightMachine(callers: WaiterQueue())
+    /// When the oldest caller had begun to wait, once a stall report about the flight was
+    /// delivered: the report of its end says how long they waited.
+    var reportedSince: UInt64?
+    /// Set while a timer watches the flight for callers that do not block.
+    var isTimed = false
+  }
 
   let label: CellLabel
-  @exclusivity(unchecked) private var machine = FlightMachine(callers: WaiterQueue())
+  @exclusivity(unchecked) private var state = State()
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
-  /// When the oldest caller had begun to wait, once a stall report about the flight was
-  /// delivered: the report of its end says how long they waited.
-  @exclusivity(unchecked) var reportedSince: UInt64?
-  /// Set while a timer watches the flight for callers that do not block.
-  @exclusivity(unchecked) var isTimed = false
 
   init(label: CellLabel) { self.label = label }
 
+  /// Reads or changes the flight's state.
+  func withState<Result>(
+    holding _: borrowing OnceCell.Held, _ body: (inout State) -> Result
+  ) -> Result {
+    body(&state)
+  }
+
   /// The value of the attempt that succeeded, once one has.
-  var outcome: UInt? { machine.outcome }
+  func outcome(holding _: borrowing OnceCell.Held) -> UInt? { state.machine.outcome }
   /// The callers queued or running, in arrival order.
-  var queue: WaiterQueue { machine.callers }
+  func queue(holding _: borrowing OnceCell.Held) -> WaiterQueue { state.machine.callers }
 
   /// The thread in main context that runs the flight's attempts, and the attempt it runs.
-  var runner: Runner? {
-    guard let thread = machine.runner, let owner = machine.running else { return nil }
+  func runner(holding _: borrowing OnceCell.Held) -> Runner? {
+    guard let thread = state.machine.runner, let owner = state.machine.running else { return nil }
     return Runner(thread: thread, site: owner.site, since: owner.startedAt)
   }
+
+  /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
+  /// `service` policy runs them in place.
+  @exclusivity(unchecked) nonisolated(unsafe) private static var awaitingHop: [Flight] = []
+
+  /// The flights whose hop is on its way, and has not started.
+  static func awaitingHop(holding _: borrowing OnceCell.Held) -> [Flight] { awaitingHop }
 
   /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:)``: queues `waiter` unless it is
   /// re-entrant or cancelled. A hop it must send is marked as on its way: send it once the lock
   /// is released.
   func arrive(
-    _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false
+    _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false,
+    holding _: borrowing OnceCell.Held
   ) -> Arrival<Waiter, ThreadID> {
     let arrival = transition {
       $0.arrive(waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled)
@@ -253,16 +295,18 @@ final class Flight: @unchecked Sendable {
     case .cancelled, .reentrant: break
     case .wait(let sendsHop):
       waiter.flight = self
-      if sendsHop { MainQueueEngine.awaitingHop.append(self) }
+      if sendsHop { Self.awaitingHop.append(self) }
     case .drive, .runByAnotherThread: waiter.flight = self
     }
     return arrival
   }
 
   /// ``FlightMachine/mainQueueReached(on:isHop:)``.
-  func mainQueueReached(on thread: ThreadID, isHop: Bool) -> HopStep<Waiter, ThreadID> {
-    if isHop, let index = MainQueueEngine.awaitingHop.firstIndex(where: { $0 === self }) {
-      MainQueueEngine.awaitingHop.remove(at: index)
+  func mainQueueReached(
+    on thread: ThreadID, isHop: Bool, holding _: borrowing OnceCell.Held
+  ) -> HopStep<Waiter, ThreadID> {
+    if isHop, let index = Self.awaitingHop.firstIndex(where: { $0 === self }) {
+      Self.awaitingHop.remove(at: index)
     }
     return transition { $0.mainQueueReached(on: thread, isHop: isHop) }
   }
@@ -271,7 +315,9 @@ final class Flight: @unchecked Sendable {
   /// in place for the cell whose storage is `word`. The caller that stands in for the one
   /// running it is made here, by the thread that arrived (its site is that thread's, and never
   /// shown: a re-entrant call names the in-place call from its own thread's record).
-  func adoptInPlaceRun(by thread: ThreadID, in word: UnsafePointer<_OnceWord>) {
+  func adoptInPlaceRun(
+    by thread: ThreadID, in word: UnsafePointer<_OnceWord>, holding _: borrowing OnceCell.Held
+  ) {
     let standIn = Waiter(
       site: CallSite(file: "", line: 0), label: label, kind: .inPlace, attempt: nil,
       storage: word)
@@ -280,16 +326,19 @@ final class Flight: @unchecked Sendable {
   }
 
   /// The caller whose attempt runs, if one does.
-  var running: Waiter? { machine.running }
+  func running(holding _: borrowing OnceCell.Held) -> Waiter? { state.machine.running }
 
   /// ``FlightMachine/startNextAttempt(on:)``.
-  func startNextAttempt(on thread: ThreadID) -> Waiter? {
+  func startNextAttempt(on thread: ThreadID, holding _: borrowing OnceCell.Held) -> Waiter? {
     transition { $0.startNextAttempt(on: thread) }
   }
 
   /// ``FlightMachine/finish(_:with:resolve:)``: records the end of `owner`'s attempt, resolves
   /// the callers it ends, and publishes a success if a borrower waits.
-  func finish(_ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes) {
+  func finish(
+    _ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes,
+    holding held: borrowing OnceCell.Held
+  ) {
     let value: UInt?
     var failure: (any Error)?
     switch result {
@@ -302,28 +351,31 @@ final class Flight: @unchecked Sendable {
     // Published last: a caller that finds the word done on the fast path submits its
     // completion handler after every queued one. The borrower is resolved but not yet woken,
     // so its storage is still in place.
-    if let value, let storage = borrower?.storage { OnceCell.publish(value, in: storage) }
+    if let value, let storage = borrower?.storage {
+      OnceCell.publish(value, in: storage, holding: held)
+    }
   }
 
   /// ``FlightMachine/cancel(_:resolve:)``: takes a task's waiter out of the queue after its
   /// task was cancelled, unless its attempt has started or it is resolved already.
-  func cancel(_ waiter: Waiter, into wakes: inout Wakes) {
+  func cancel(_ waiter: Waiter, into wakes: inout Wakes, holding _: borrowing OnceCell.Held) {
     transition { $0.cancel(waiter) { wakes.resolve($0, Resolution($1, failure: nil)) } }
     // Nobody is left to watch for: the next caller that does not block starts a timer again.
-    if machine.callers.isEmpty { isTimed = false }
+    if state.machine.callers.isEmpty { state.isTimed = false }
   }
 
   /// Applies one transition of the machine, then what the engine keeps beside it: the
   /// detector's epoch, when the attempt that runs started; and checks the machine's invariant,
   /// in release builds too: queued callers without a runner or a hop would wait for ever.
+  /// Called only by the methods above, which take proof that the caller holds the lock.
   private func transition<Result>(_ body: (inout FlightMachine<WaiterQueue>) -> Result) -> Result {
-    let (runner, running) = (machine.runner, machine.running)
-    let result = body(&machine)
-    if machine.runner != runner { epoch.add(1, ordering: .releasing) }
-    if let owner = machine.running, owner !== running {
+    let (runner, running) = (state.machine.runner, state.machine.running)
+    let result = body(&state.machine)
+    if state.machine.runner != runner { epoch.add(1, ordering: .releasing) }
+    if let owner = state.machine.running, owner !== running {
       owner.startedAt = Platform.monotonicNanoseconds()
     }
-    guard machine.invariantHolds else {
+    guard state.machine.invariantHolds else {
       Diagnostics.internalInconsistency(
         "callers wait for \(label), which nobody runs and no hop will reach")
     }

@@ -450,8 +450,10 @@ enum Servicing {
   /// Runs, in place, every initializer whose hop is on its way. The caller holds the main
   /// queue, so no hop runs meanwhile.
   static func runQueuedAttempts(on thread: ThreadRecord) {
-    let flights = OnceCell.lock.withLock {
-      MainQueueEngine.awaitingHop.filter { $0.runner == nil && $0.outcome == nil }
+    let flights = OnceCell.withLock { held in
+      Flight.awaitingHop(holding: held).filter {
+        $0.runner(holding: held) == nil && $0.outcome(holding: held) == nil
+      }
     }
     for flight in flights {
       MainQueueEngine.driveUnlessDriven(flight, on: thread, isHop: false)
