@@ -7,6 +7,8 @@
 // They use MainOnce's public API only, built in release as a dependent package builds it: what
 // they count (allocations, main-queue work items) they count from outside, by interposing libc's
 // allocator and libdispatch's `dispatch_async_f` (CBenchmarkSupport). Linux only: they read /proc.
+// One exception, in a build for tests only: the weak-load rows of the `objects` group, built
+// with `-Xswiftc -enable-testing -Xswiftc -DMAINONCE_INSTRUMENTATION` (see README.md).
 import PackageDescription
 
 let package = Package(

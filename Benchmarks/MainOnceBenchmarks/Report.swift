@@ -42,12 +42,13 @@ enum Report {
       "Per-object once on a done call site: ns per call, median (best) of \(rounds.rounds)"
         + " interleaved rounds; two threads at once, each on its own object, and per round"
         + " their time over one thread's (median, quartiles); the share of the time the two"
-        + " threads were each on a CPU (a contended lock puts them to sleep)")
+        + " threads were each on a CPU (a contended lock puts them to sleep); whether the"
+        + " reference counts the two threads touch share a cache line")
     let reference = result.rows.first { $0.name == PerObjectSuite.referenceName }
     let nameWidth = result.rows.map(\.name.count).max() ?? 0
     print(
       pad("", nameWidth) + "   " + pad("one thread", 24) + pad("two threads (each)", 22)
-        + pad("two ÷ one", 20) + pad("on CPU", 8) + "allocations/call")
+        + pad("two ÷ one", 20) + pad("on CPU", 8) + pad("allocations/call", 18) + "counts")
     for row in result.rows {
       let overReference = reference.map {
         " \(format(row.oneThread.median / $0.oneThread.median, decimals: 0))×"
@@ -60,7 +61,8 @@ enum Report {
           + pad(timing(row.twoThreads, decimals: 2), 22)
           + pad(Paired.ratio(row.twoThreads, over: row.oneThread).short, 20)
           + pad("\(format(Timing(row.onCPU).median * 100, decimals: 0))%", 8)
-          + format(row.allocationsPerCall, decimals: 3))
+          + pad(format(row.allocationsPerCall, decimals: 3), 18)
+          + (row.countsShareLine.map { $0 ? "one line" : "apart" } ?? "—"))
     }
     if let reference = result.rows.first(where: { $0.name == PerObjectSuite.referenceName }),
       !PerObjectSuite.ranInParallel(reference)
@@ -72,16 +74,58 @@ enum Report {
           + " of their span (medians): they did not each have a CPU, and the two-thread column"
           + " says little about contention.")
     }
+    printLivenessComparison(result.rows)
     let memory = result.memory.map { entry in
-      entry.name == PerObjectSuite.referenceName
-        ? "\(entry.name): +\(format(entry.bytesPerObject, decimals: 0)) bytes in the object"
-        : "\(entry.name): \(format(entry.bytesPerObject, decimals: 0)) bytes"
+      switch entry.name {
+      case PerObjectSuite.referenceName:
+        "\(entry.name): +\(format(entry.bytesPerObject, decimals: 0)) bytes in the object"
+      case PerObjectSuite.sideTableName:
+        "\(entry.name): \(format(entry.bytesPerObject, decimals: 0)) bytes"
+          + " (\(format(entry.allocationsPerFirstCall, decimals: 1)) allocations per first weak"
+          + " reference), included in the per-object forms' figures"
+      default:
+        "\(entry.name): \(format(entry.bytesPerObject, decimals: 0)) bytes"
           + " (\(format(entry.allocationsPerFirstCall, decimals: 1)) allocations per first call)"
+      }
     }
     print(
       "Heap per live object with one call site used (\(result.memory.first?.objects ?? 0)"
         + " objects, mallinfo2): " + memory.joined(separator: "; "))
     print()
+  }
+
+  /// Each weak-load row over its side-table row, and a retain and release of a weakly
+  /// referenced object over one of an object never weakly referenced: per round, one thread,
+  /// and the same with two threads.
+  private static func printLivenessComparison(_ rows: [PerObjectSuite.Row]) {
+    func row(_ name: String) -> PerObjectSuite.Row? { rows.first { $0.name == name } }
+    let pairs = [
+      ("runOnce(for:), weak load", "runOnce(for:)"),
+      ("onceOnMain(for:), weak load", "onceOnMain(for:)"),
+      (
+        "runOnce(for:), weak load, side tables on one line",
+        "runOnce(for:), side tables on one line"
+      ),
+      ("retain + release, weakly referenced", "retain + release, never weakly referenced"),
+      (
+        "retain + release, weakly referenced, side tables on one line",
+        "retain + release, never weakly referenced"
+      ),
+    ]
+    if !rows.contains(where: { $0.kind == .weakLoad }) {
+      print(
+        "No weak-load rows: the switch that makes cells use the weak load is in builds for tests"
+          + " only (-Xswiftc -enable-testing -Xswiftc -DMAINONCE_INSTRUMENTATION; see the"
+          + " README).")
+    }
+    print("Per round, over the row named second (median, quartiles):")
+    for (slower, faster) in pairs {
+      guard let slower = row(slower), let faster = row(faster) else { continue }
+      print(
+        "  \(slower.name) ÷ \(faster.name): one thread"
+          + " \(Paired.ratio(slower.oneThread, over: faster.oneThread).short), two threads"
+          + " \(Paired.ratio(slower.twoThreads, over: faster.twoThreads).short)")
+    }
   }
 
   static func printSizes(_ rows: [Sizes.Row]) {

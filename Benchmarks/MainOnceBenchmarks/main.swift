@@ -7,7 +7,9 @@
 //   measured and keeps the others. Each group records the command, toolchain and machine of
 //   the run that measured it, and its targets (BenchmarkRun.GroupRecord).
 //   fast-path   done tokens side by side with dispatch_once_f and others; allocations, scaling
-//   objects     runOnce(for:)/onceOnMain(for:) on a done call site, one and two threads, memory
+//   objects     runOnce(for:)/onceOnMain(for:) on a done call site, one and two threads, memory;
+//               what a weak reference costs the object; in a build for tests (-Xswiftc
+//               -enable-testing -Xswiftc -DMAINONCE_INSTRUMENTATION), the same on weak loads
 //   sizes       MemoryLayout of the once-cells
 //   first-call  a fresh token's first call against the bare main.async + semaphore hop, under
 //               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each), and

@@ -262,6 +262,39 @@ extension PerObjectTests {
   func lifetimesAreReadable() {
     #expect(ObjectLifetimes.areReadable)
   }
+
+  @Test("cells that tell lifetimes with a weak load stay done, and a reused address runs again")
+  func weakLoadLifetimes() async {
+    // In a process of its own: the switch holds for every cell the process makes from then on.
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      Instrumentation.objectCellsUseWeakLoads = true
+      var objects = 0
+      var runs = 0
+      var seen = Set<ObjectIdentifier>()
+      var reused = 0
+      while reused < 500 && objects < 200_000 {
+        let object = Plain()
+        objects += 1
+        if !seen.insert(ObjectIdentifier(object)).inserted { reused += 1 }
+        for _ in 0..<2 { runOnce(for: object) { runs += 1 } }
+      }
+      let kept = Plain()
+      runOnce(for: kept) {}
+      let sideTable = ObjectCells.table.withLock { table in
+        table.slots.compactMap { $0 }.first { $0.object === kept }?.sideTable
+      }
+      if reused < 500 || runs != objects || sideTable != 0 {
+        FileHandle.standardError.write(
+          Data(
+            "reused \(reused), \(runs) runs for \(objects) objects, side table \(sideTable as Any)\n"
+              .utf8))
+        exit(1)
+      }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.isEmpty, "\(text)")
+  }
 }
 
 extension PerObjectTests {

@@ -42,4 +42,15 @@ long bench_heap_in_use(void);
 /// Returns that CPU, or -1 with errno set.
 int bench_stay_on_this_cpu(void);
 
+/// `count` strong retains of `object`, each followed by its release, through `swift_retain`
+/// and `swift_release`. Returns `count`.
+long bench_retain_release(void *object, long count);
+
+/// The address of `object`'s side table, from its reference-count word (64-bit Linux layout);
+/// 0 if it has none (no weak reference to it was ever formed).
+uintptr_t bench_side_table(const void *object);
+
+/// `malloc_usable_size` of `object`'s side table; 0 if it has none.
+long bench_side_table_usable_size(const void *object);
+
 #endif

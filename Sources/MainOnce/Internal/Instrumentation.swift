@@ -1,7 +1,7 @@
 internal import Synchronization
 
-// Counters for MainOnce's own tests, and only for them: not API, and not in the library that
-// packages depending on MainOnce build in release.
+// Counters for MainOnce's own tests, and one switch, and only for them: not API, and not in the
+// library that packages depending on MainOnce build in release.
 //
 // Where they exist: in debug builds (`DEBUG`, which SwiftPM defines), which is how `swift test`
 // and the ThreadSanitizer run build the tests and the fixture processes, and in release builds
@@ -14,7 +14,8 @@ internal import Synchronization
 // every dependent package gets, or else a flag on the README's `swift test`; SPI is public
 // surface in every build. The benchmarks, which build MainOnce in release as a dependent does,
 // count the main-queue work items themselves: they wrap `dispatch_async_f`, the one call that
-// sends a hop (Benchmarks/CBenchmarkSupport/MainQueueWorkItems.c).
+// sends a hop (Benchmarks/CBenchmarkSupport/MainQueueWorkItems.c). Only the weak-load rows of
+// their `objects` group need the switch below, and so a build for tests (Benchmarks/README.md).
 #if DEBUG || MAINONCE_INSTRUMENTATION
   enum Instrumentation {
     /// How many hops MainOnce has sent to the main queue: each is one main-queue work item.
@@ -46,6 +47,20 @@ internal import Synchronization
     static func noteWoke() {
       parked.subtract(1, ordering: .relaxed)
     }
+  }
+
+  extension Instrumentation {
+    /// Whether per-object cells made from now on tell their object's lifetime with a weak load,
+    /// as where the side-table layout fails its self-test, instead of reading the side table.
+    /// Cells made before keep their way. For a test that runs that fallback, which this
+    /// toolchain never takes by itself, and for the benchmarks that time both ways side by side
+    /// on MainOnce's own code path. It costs a relaxed load a cell made, off the fast path.
+    static var objectCellsUseWeakLoads: Bool {
+      get { weakLoadCells.load(ordering: .relaxed) }
+      set { weakLoadCells.store(newValue, ordering: .relaxed) }
+    }
+
+    static let weakLoadCells = Atomic(false)
   }
 
   extension Instrumentation {
@@ -84,5 +99,8 @@ internal import Synchronization
     @inline(__always) static func noteParked() {}
     @inline(__always) static func noteWoke() {}
     @inline(__always) static func noteSubject(_ subject: any StallSubject) {}
+    /// Cells read the side table wherever the layout allows: a constant, so that `ObjectCell.init`
+    /// compiles as if there were no switch.
+    @inline(__always) static var objectCellsUseWeakLoads: Bool { false }
   }
 #endif

@@ -21,7 +21,8 @@ class ObjectCell: @unchecked Sendable {
   init(object: AnyObject, key: ObjectCells.Key) {
     self.object = object
     self.key = key
-    sideTable = ObjectLifetimes.sideTable(of: object)
+    sideTable =
+      Instrumentation.objectCellsUseWeakLoads ? 0 : ObjectLifetimes.sideTable(of: object)
   }
 
   var site: DeclarationSite { key.site }

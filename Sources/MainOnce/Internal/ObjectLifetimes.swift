@@ -4,12 +4,16 @@ internal import _CMainOnceShims
 /// deinitialized, without touching its reference counts.
 ///
 /// A cell holds its object weakly, and a weak load proves the object alive: but it retains and
-/// releases the object's side table, two atomic writes on a cache line that other objects'
-/// side tables may share. Two threads on two such objects then slow each other down (1.6–2×
-/// measured). Instead, a cell keeps the address of its object's side table, which its weak
-/// reference keeps allocated: an object at the same address in a later lifetime cannot have
-/// that side table, and the side table's bits say whether the object is deinitializing. Both
-/// are plain reads (see `mainonce_side_table` in the C shim for the layout).
+/// releases the object through its side table, two atomic writes on a cache line that another
+/// object's side table may share (one pair in four of objects weakly referenced one after the
+/// other). Measured side by side (`MainOnceBenchmarks objects` built for tests, the weak load on
+/// cells made with `Instrumentation.objectCellsUseWeakLoads`; Benchmarks/README.md): a weak load
+/// costs 26 ns a call where the side-table read costs 7, and two threads on two objects whose
+/// side tables share a line take 4.6× as long a call each as one thread, where the side-table
+/// read takes 1.0×. Instead, a cell keeps the address of its object's side table, which its
+/// weak reference keeps allocated: an object at the same address in a later lifetime cannot
+/// have that side table, and the side table's bits say whether the object is deinitializing.
+/// Both are plain reads (see `mainonce_side_table` in the C shim for the layout).
 ///
 /// The layout is the Swift runtime's own. At first use MainOnce checks it on objects of its
 /// own (a side table that points back to its object; alive, then deinitializing in its
