@@ -60,7 +60,7 @@
 // every transition (`invariantHolds`): callers that queued have a runner, a hop on its way, or
 // a finished flight to be told of. Safety, checked by the test in every state: at most one
 // attempt succeeds, and none starts after it; attempts start only in main context (the engine
-// also checks it in release builds, `MainQueueEngine.startAttempts(_:on:)`); no caller is
+// also checks it in release builds, `MainQueueEngine.driveUnlessDriven(_:on:isHop:)`); no caller is
 // resolved twice, and a caller that borrows the storage and is told "done" finds it published.
 
 /// Where one caller of a flight is in its wait.
