@@ -35,9 +35,17 @@ enum QueueOwnership {
   /// Whether the main queue's owner can be read in this process: decided at first use, by
   /// reading the main queue only, and turned off if the first hop disagrees. One relaxed load
   /// once decided (reading a lazy `static let` would call `swift_once` each time).
+  @inline(__always)
   static var isAvailable: Bool {
-    let known = Availability(rawValue: availability.load(ordering: .relaxed))!
-    if known != .undecided { return known != .unavailable }
+    let known = availability.load(ordering: .relaxed)
+    if known != Availability.undecided.rawValue {
+      return known != Availability.unavailable.rawValue
+    }
+    return decideAvailability()
+  }
+
+  @inline(never)
+  private static func decideAvailability() -> Bool {
     let verdict = Verdict.decide(
       setting: Settings.introspection, checks: { mainonce_main_queue_layout_check() },
       losing: "which cannot see a sync nested in a main-queue block after dispatchMain()")
@@ -49,8 +57,15 @@ enum QueueOwnership {
   /// one: only the tracked waits ask, never a once-cell's caller.
   static var queuesAreReadable: Bool {
     guard isAvailable else { return false }
-    let known = Availability(rawValue: queueAvailability.load(ordering: .relaxed))!
-    if known != .undecided { return known != .unavailable }
+    let known = queueAvailability.load(ordering: .relaxed)
+    if known != Availability.undecided.rawValue {
+      return known != Availability.unavailable.rawValue
+    }
+    return decideQueueAvailability()
+  }
+
+  @inline(never)
+  private static func decideQueueAvailability() -> Bool {
     let verdict = Verdict.decide(
       setting: Settings.introspection,
       checks: { wrapperHoldsQueue() ? mainonce_queue_layout_self_test() : wrapperCheckFailed },

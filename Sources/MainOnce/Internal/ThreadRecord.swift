@@ -14,10 +14,9 @@ internal import _CMainOnceShims
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id`, `isMainThread` and `objectCells` never change, and
   // `mainContextDepth`, `inPlaceRuns`, the cache's slots, `spareParking`, `spareWaiters`,
-  // `spareTrackedWait` (the property, made once; the object it holds says why it may be shared),
+  // `spareTrackedWaitIfMade` (made once; the object it holds says why it may be shared),
   // `trackedWaitIsInUse` and `nestedTrackedWaits` are only read and written by the thread this
-  // record belongs to; that also makes their accesses exclusive, so they skip the dynamic check
-  // (but for the lazy `spareTrackedWait`, which cannot).
+  // record belongs to; that also makes their accesses exclusive, so they skip the dynamic check.
   // The published wait and its count are atomics.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
@@ -33,7 +32,13 @@ final class ThreadRecord: @unchecked Sendable {
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
   /// A tracked wait to reuse, so that publishing one allocates nothing (made at this thread's
   /// first tracked wait); and whether a wait of this thread uses it now.
-  private(set) lazy var spareTrackedWait = TrackedWait(thread: id)
+  var spareTrackedWait: TrackedWait {
+    if let wait = spareTrackedWaitIfMade { return wait }
+    let wait = TrackedWait(thread: id)
+    spareTrackedWaitIfMade = wait
+    return wait
+  }
+  @exclusivity(unchecked) private var spareTrackedWaitIfMade: TrackedWait?
   @exclusivity(unchecked) var trackedWaitIsInUse = false
   /// The once-cells whose attempt this thread runs in place, without a flight (innermost
   /// last), each with the call that runs it: a re-entrant call names that call.
