@@ -194,7 +194,7 @@ func waitingCallers(labelContaining text: String) -> Int {
       if let waiter = entry.wait as? Waiter, !waiter.isOver,
         waiter.label.description.contains(text)
       {
-        return OnceCell.withLock { _ in waiter.flight }
+        return OnceCell.withLock { waiter.flight(holding: $0) }
       }
       if let waiter = entry.wait as? RunOnceCell.Waiter, !waiter.isOver,
         waiter.cell.label.description.contains(text)
@@ -206,7 +206,7 @@ func waitingCallers(labelContaining text: String) -> Int {
   }
   if let flight = cells.first as? Flight {
     return OnceCell.withLock { held in
-      flight.queue(holding: held).filter { $0.phase == .queued }.count
+      flight.queue(holding: held).filter { $0.phase(holding: held) == .queued }.count
     }
   }
   if let cell = cells.first as? RunOnceCell {

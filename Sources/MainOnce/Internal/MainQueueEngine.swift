@@ -7,7 +7,7 @@ internal import _CMainOnceShims
 ///
 /// A blocking first call, from `onceOnMain(token:)` to its return, goes through
 /// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Internal/OnceCell.swift`
-/// (the word and the flight), `Internal/FlightMachine.swift` and `Internal/WaiterQueue.swift`
+/// (the word), `Internal/Flight.swift` (the flight and its callers), `Internal/FlightMachine.swift`
 /// (the decisions), this file (performing them), `MainContext.swift` and
 /// `Internal/QueueOwnership.swift` (whether the caller holds the main queue) and
 /// `Internal/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
@@ -146,7 +146,7 @@ enum MainQueueEngine {
     } onCancel: {
       var wakes = Wakes()
       let ended = OnceCell.withLock { held -> (Flight, UInt64)? in
-        guard let flight = waiter.flight else { return nil }
+        guard let flight = waiter.flight(holding: held) else { return nil }
         flight.cancel(waiter, into: &wakes, holding: held)
         return flight.endOfReportedStall(holding: held).map { (flight, $0) }
       }

@@ -93,7 +93,9 @@ extension Waiter: BlockingWait {
 
   func blockers() -> Blockers {
     OnceCell.withLock { held in
-      guard resolution == nil, let flight, flight.outcome(holding: held) == nil else {
+      guard resolution == nil, let flight = flight(holding: held),
+        flight.outcome(holding: held) == nil
+      else {
         return .none
       }
       if let runner = flight.runner(holding: held) {
@@ -103,11 +105,13 @@ extension Waiter: BlockingWait {
     }
   }
 
-  var epoch: UInt { OnceCell.withLock { _ in flight?.epoch.load(ordering: .acquiring) ?? 0 } }
+  var epoch: UInt {
+    OnceCell.withLock { flight(holding: $0)?.epoch.load(ordering: .acquiring) ?? 0 }
+  }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
   var call: String { label.hasCallSites ? "\(label.operation) at \(site)" : "\(label.operation)" }
   var waitsFor: String { label.waitedFor }
-  var stallSubject: (any StallSubject)? { OnceCell.withLock { _ in flight } }
+  var stallSubject: (any StallSubject)? { OnceCell.withLock { flight(holding: $0) } }
 }
 
 extension CellLabel {

@@ -1,0 +1,394 @@
+internal import Synchronization
+
+// MARK: - A flight: the calls in progress for a once-cell, and its callers
+//
+// A flight is attached to a cell's word while calls are in progress (see `OnceCell.swift`); it
+// runs the cell's state machine (`FlightMachine.swift`) and holds each caller's record. Its
+// state, and the fields of a caller that only the lock's holder may touch, are reachable only
+// with proof that the engine's lock is held (`OnceCell.Held`), or only from this file, where
+// every access is made under that proof.
+
+/// The calls in progress for one cell that is not done: its ``FlightMachine``, and what the
+/// engine keeps beside it. It is the cell's identity while calls are in progress: the storage
+/// retains it, and so does everything that refers to the cell from outside a borrow (a hop, a
+/// waiter, the deadlock detector). An object cannot be reallocated while it is retained, so
+/// nothing left over from one cell can act on another cell that reuses the storage's address.
+final class Flight: @unchecked Sendable {
+  // This is safe because its state, and the list of flights awaiting a hop, are reachable only
+  // through methods that take proof that the caller holds the engine's lock (`OnceCell.Held`),
+  // which also makes their accesses exclusive, so they skip the dynamic check; `label` never
+  // changes, and `epoch` is an atomic.
+
+  /// What the engine's lock guards.
+  struct State {
+    var machine = FlightMachine(callers: WaiterQueue())
+    /// When the oldest caller had begun to wait, once a stall report about the flight was
+    /// delivered: the report of its end says how long they waited.
+    var reportedSince: UInt64?
+    /// Set while a timer watches the flight for callers that do not block.
+    var isTimed = false
+  }
+
+  let label: CellLabel
+  @exclusivity(unchecked) private var state = State()
+  /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
+  /// while it gathered evidence.
+  let epoch = Atomic<UInt>(0)
+
+  init(label: CellLabel) { self.label = label }
+
+  /// Reads or changes the flight's state.
+  func withState<Result>(
+    holding _: borrowing OnceCell.Held, _ body: (inout State) -> Result
+  ) -> Result {
+    body(&state)
+  }
+
+  /// The value of the attempt that succeeded, once one has.
+  func outcome(holding _: borrowing OnceCell.Held) -> UInt? { state.machine.outcome }
+  /// The callers queued or running, in arrival order.
+  func queue(holding _: borrowing OnceCell.Held) -> WaiterQueue { state.machine.callers }
+
+  /// The thread in main context that runs the flight's attempts, and the attempt it runs.
+  func runner(holding _: borrowing OnceCell.Held) -> Runner? {
+    guard let thread = state.machine.runner, let owner = state.machine.running else { return nil }
+    return Runner(thread: thread, site: owner.site, since: owner.startedAt)
+  }
+
+  /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
+  /// `service` policy runs them in place.
+  @exclusivity(unchecked) nonisolated(unsafe) private static var awaitingHop: [Flight] = []
+
+  /// The flights whose hop is on its way, and has not started.
+  static func awaitingHop(holding _: borrowing OnceCell.Held) -> [Flight] { awaitingHop }
+
+  /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:)``: queues `waiter` unless it is
+  /// re-entrant or cancelled. A hop it must send is marked as on its way: send it once the lock
+  /// is released.
+  func arrive(
+    _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false,
+    holding _: borrowing OnceCell.Held
+  ) -> Arrival<Waiter, ThreadID> {
+    let arrival = transition {
+      $0.arrive(waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled)
+    }
+    switch arrival {
+    case .cancelled, .reentrant: break
+    case .wait(let sendsHop):
+      waiter.flight = self
+      if sendsHop { Self.awaitingHop.append(self) }
+    case .drive, .runByAnotherThread: waiter.flight = self
+    }
+    return arrival
+  }
+
+  /// ``FlightMachine/mainQueueReached(on:isHop:)``.
+  func mainQueueReached(
+    on thread: ThreadID, isHop: Bool, holding _: borrowing OnceCell.Held
+  ) -> HopStep<Waiter, ThreadID> {
+    if isHop, let index = Self.awaitingHop.firstIndex(where: { $0 === self }) {
+      Self.awaitingHop.remove(at: index)
+    }
+    return transition { $0.mainQueueReached(on: thread, isHop: isHop) }
+  }
+
+  /// ``FlightMachine/init(callers:adopting:runBy:)``: takes over an attempt that `thread` runs
+  /// in place for the cell whose storage is `word`. The caller that stands in for the one
+  /// running it is made here, by the thread that arrived (its site is that thread's, and never
+  /// shown: a re-entrant call names the in-place call from its own thread's record).
+  func adoptInPlaceRun(
+    by thread: ThreadID, in word: UnsafePointer<_OnceWord>, holding _: borrowing OnceCell.Held
+  ) {
+    let standIn = Waiter(
+      site: CallSite(file: "", line: 0), label: label, kind: .inPlace, attempt: nil,
+      storage: word)
+    standIn.flight = self
+    transition { $0 = FlightMachine(callers: WaiterQueue(), adopting: standIn, runBy: thread) }
+  }
+
+  /// The caller whose attempt runs, if one does.
+  func running(holding _: borrowing OnceCell.Held) -> Waiter? { state.machine.running }
+
+  /// ``FlightMachine/startNextAttempt(on:)``.
+  func startNextAttempt(on thread: ThreadID, holding _: borrowing OnceCell.Held) -> Waiter? {
+    transition { $0.startNextAttempt(on: thread) }
+  }
+
+  /// ``FlightMachine/finish(_:with:resolve:)``: records the end of `owner`'s attempt, resolves
+  /// the callers it ends, and publishes a success if a borrower waits.
+  func finish(
+    _ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes,
+    holding held: borrowing OnceCell.Held
+  ) {
+    let value: UInt?
+    var failure: (any Error)?
+    switch result {
+    case .success(let success): value = success
+    case .failure(let error): (value, failure) = (nil, error)
+    }
+    let borrower = transition {
+      $0.finish(owner, with: value) { wakes.resolve($0, Resolution($1, failure: failure)) }
+    }
+    // Published last: a caller that finds the word done on the fast path submits its
+    // completion handler after every queued one. The borrower is resolved but not yet woken,
+    // so its storage is still in place.
+    if let value, let storage = borrower?.storage {
+      OnceCell.publish(value, in: storage, holding: held)
+    }
+  }
+
+  /// ``FlightMachine/cancel(_:resolve:)``: takes a task's waiter out of the queue after its
+  /// task was cancelled, unless its attempt has started or it is resolved already.
+  func cancel(_ waiter: Waiter, into wakes: inout Wakes, holding _: borrowing OnceCell.Held) {
+    transition { $0.cancel(waiter) { wakes.resolve($0, Resolution($1, failure: nil)) } }
+    // Nobody is left to watch for: the next caller that does not block starts a timer again.
+    if state.machine.callers.isEmpty { state.isTimed = false }
+  }
+
+  /// Applies one transition of the machine, then what the engine keeps beside it: the
+  /// detector's epoch, when the attempt that runs started; and checks the machine's invariant,
+  /// in release builds too: queued callers without a runner or a hop would wait for ever.
+  /// Called only by the methods above, which take proof that the caller holds the lock.
+  private func transition<Result>(_ body: (inout FlightMachine<WaiterQueue>) -> Result) -> Result {
+    let (runner, running) = (state.machine.runner, state.machine.running)
+    let result = body(&state.machine)
+    if state.machine.runner != runner { epoch.add(1, ordering: .releasing) }
+    if let owner = state.machine.running, owner !== running {
+      owner.startedAt = Platform.monotonicNanoseconds()
+    }
+    guard state.machine.invariantHolds else {
+      Diagnostics.internalInconsistency(
+        "callers wait for \(label), which nobody runs and no hop will reach")
+    }
+    return result
+  }
+
+  // MARK: Retained by the storage
+
+  /// The flight whose tagged address is `raw`, if it is one. Call under the lock.
+  static func attached(_ raw: UInt) -> Flight? {
+    reference(raw)?.takeUnretainedValue()
+  }
+
+  /// A +1 reference for the storage to hold, tagged as not done.
+  func retainedForStorage() -> UInt {
+    UInt(bitPattern: Unmanaged.passRetained(self).toOpaque()) | 1
+  }
+
+  /// Gives back the storage's reference, if `raw` is a flight's.
+  static func releaseAttached(_ raw: UInt) {
+    reference(raw)?.release()
+  }
+
+  private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {
+    guard raw & 0b11 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
+    return Unmanaged<Flight>.fromOpaque(pointer)
+  }
+}
+
+/// The thread running a flight's attempts, the call whose attempt runs, and since when.
+struct Runner {
+  let thread: ThreadID
+  let site: CallSite
+  let since: UInt64
+}
+
+/// How a caller's wait ended: an attempt succeeded (its own or another's); its own attempt
+/// threw; or, for a task, it was cancelled before its attempt started.
+enum Resolution {
+  case done
+  case failed(any Error)
+  case cancelled
+
+  /// The machine's verdict, with the error of the attempt that failed.
+  init(_ verdict: Verdict, failure: (any Error)?) {
+    switch verdict {
+    case .done: self = .done
+    case .failed: self = .failed(failure!)
+    case .cancelled: self = .cancelled
+    }
+  }
+}
+
+/// One caller of a flight, with the attempt it brought and how to tell it the end.
+final class Waiter: @unchecked Sendable {
+  // This is safe because the variables are only read and written under the engine's lock,
+  // but for the reads after it. `phase`, `next`, `startedAt` and `flight` are private to this
+  // file, whose code touches them only with the lock's proof in hand, and reachable elsewhere
+  // only through accessors that take it. The others: `resolution`, which is written once under
+  // the lock before the caller is told and read by the caller after it is told (through the
+  // lock, the parking's semaphore or the continuation, each of which orders the two); `kind`
+  // and `resolution`, which `Wakes.deliver` reads after the lock is released, on the thread
+  // that resolved the caller under it (neither is written again once the caller is resolved);
+  // `kind` also by ``WaitBoard`` while the wait is published (set before, kept until it is
+  // withdrawn); `attempt`, which only the runner reads, without the lock, while the caller
+  // waits for it; `isResolved`, an atomic; and every field written by
+  // ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread that owns the
+  // record, when nothing else refers to it any more (see
+  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``).
+
+  /// How the caller learns its resolution: a parked thread is signalled; a suspended task
+  /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to
+  /// its queue, under the lock, so that handlers keep the order of the calls; main-context code
+  /// that runs the queue itself reads ``resolution`` when it is done.
+  enum Kind {
+    case thread(Parking, ThreadID)
+    case task(UnsafeContinuation<Resolution, Never>?)
+    case handler(@Sendable (Resolution) -> Void)
+    case inPlace
+  }
+
+  @exclusivity(unchecked) private(set) var site: CallSite
+  @exclusivity(unchecked) private(set) var label: CellLabel
+  @exclusivity(unchecked) private(set) var since = Platform.monotonicNanoseconds()
+  @exclusivity(unchecked) var kind: Kind
+  /// The caller's attempt; `nil` once resolved.
+  @exclusivity(unchecked) var attempt: Attempt?
+  /// The storage the caller borrows until it is resolved; `nil` for a completion-form call.
+  /// Read only while the caller is not resolved, or by the flight that resolves it as done.
+  @exclusivity(unchecked) private(set) var storage: UnsafePointer<_OnceWord>?
+  /// Where the caller is in its wait: the machine's, through ``WaiterQueue``.
+  @exclusivity(unchecked) fileprivate var phase = CallerPhase.arriving
+  /// When its attempt started, while it runs.
+  @exclusivity(unchecked) fileprivate var startedAt: UInt64 = 0
+  /// The flight it queued in, until it is resolved.
+  @exclusivity(unchecked) fileprivate var flight: Flight?
+  /// The caller queued behind this one (see ``WaiterQueue``).
+  @exclusivity(unchecked) fileprivate var next: Waiter?
+  @exclusivity(unchecked) var resolution: Resolution?
+  /// Whether ``resolution`` is set, read without the lock (by the deadlock detector).
+  let isResolved = Atomic(false)
+
+  init(
+    site: CallSite, label: CellLabel, kind: Kind, attempt: Attempt?,
+    storage: UnsafePointer<_OnceWord>?
+  ) {
+    self.site = site
+    self.label = label
+    self.kind = kind
+    self.attempt = attempt
+    self.storage = storage
+  }
+
+  /// Where the caller is in its wait.
+  func phase(holding _: borrowing OnceCell.Held) -> CallerPhase { phase }
+
+  /// The flight it queued in, until it is resolved.
+  func flight(holding _: borrowing OnceCell.Held) -> Flight? { flight }
+
+  /// Makes a blocking caller's record, resolved and referred to by nothing but its thread,
+  /// new again for that thread's next wait: what a fresh one would be.
+  func reuse(
+    site: CallSite, label: CellLabel, kind: Kind, attempt: @escaping Attempt,
+    storage: UnsafePointer<_OnceWord>
+  ) {
+    self.site = site
+    self.label = label
+    since = Platform.monotonicNanoseconds()
+    self.kind = kind
+    self.attempt = attempt
+    self.storage = storage
+    phase = .arriving
+    startedAt = 0
+    flight = nil
+    next = nil
+    resolution = nil
+    isResolved.store(false, ordering: .relaxed)
+  }
+}
+
+/// Resolutions decided under the lock, delivered once it is released. The first waiter to wake
+/// is kept inline (a first call wakes one), the others in an array.
+struct Wakes {
+  private var first: Waiter?
+  private var others: [Waiter] = []
+
+  /// Resolves `waiter`. Under the lock: from here on nothing runs its attempt, and a
+  /// completion handler is submitted right away, in order.
+  mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
+    waiter.attempt = nil
+    waiter.flight = nil
+    waiter.resolution = resolution
+    waiter.isResolved.store(true, ordering: .releasing)
+    switch waiter.kind {
+    case .handler(let submit): submit(resolution)
+    case .inPlace: break
+    case .thread, .task:
+      if first == nil { first = waiter } else { others.append(waiter) }
+    }
+  }
+
+  /// Wakes the parked threads and resumes the tasks. After the lock is released.
+  func deliver() {
+    func wake(_ waiter: Waiter) {
+      switch waiter.kind {
+      case .thread(let parking, _): parking.unpark()
+      case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
+      case .handler, .inPlace: break
+      }
+    }
+    if let first { wake(first) }
+    others.forEach(wake)
+  }
+}
+
+/// The callers of a flight, in arrival order: a list threaded through the waiters, so that
+/// queueing one allocates nothing; each caller's phase is kept in its waiter. Under the lock.
+struct WaiterQueue: Sequence, FlightCallers {
+  typealias Thread = ThreadID
+
+  private var head: Waiter?
+  private var tail: Waiter?
+
+  var isEmpty: Bool { head == nil }
+
+  func phase(of waiter: Waiter) -> CallerPhase { waiter.phase }
+
+  func setPhase(_ phase: CallerPhase, of waiter: Waiter) { waiter.phase = phase }
+
+  func borrowsStorage(_ waiter: Waiter) -> Bool { waiter.storage != nil }
+
+  mutating func append(_ waiter: Waiter) {
+    waiter.next = nil
+    if let tail { tail.next = waiter } else { head = waiter }
+    tail = waiter
+  }
+
+  mutating func remove(_ waiter: Waiter) {
+    var previous: Waiter?
+    var current = head
+    while let candidate = current, candidate !== waiter {
+      previous = candidate
+      current = candidate.next
+    }
+    guard current != nil else { return }
+    if let previous { previous.next = waiter.next } else { head = waiter.next }
+    if tail === waiter { tail = previous }
+    waiter.next = nil
+  }
+
+  func first(where predicate: (Waiter) -> Bool) -> Waiter? {
+    var current = head
+    while let waiter = current, !predicate(waiter) { current = waiter.next }
+    return current
+  }
+
+  mutating func removeFirst() -> Waiter? {
+    guard let waiter = head else { return nil }
+    head = waiter.next
+    if head == nil { tail = nil }
+    waiter.next = nil
+    return waiter
+  }
+
+  func makeIterator() -> Iterator { Iterator(current: head) }
+
+  struct Iterator: IteratorProtocol {
+    var current: Waiter?
+
+    mutating func next() -> Waiter? {
+      defer { current = current?.next }
+      return current
+    }
+  }
+}
