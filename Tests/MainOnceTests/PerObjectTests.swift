@@ -218,13 +218,26 @@ struct PerObjectTests {
 
   @Test("a new object at a freed object's address runs its call sites again")
   func addressReuseIsANewLifetime() {
+    let churn = Self.churnShortLivedObjects()
+    #expect(
+      churn.reused >= 500,
+      "the allocator reused \(churn.reused) addresses; the test proved too little")
+    #expect(churn.firstSiteRuns == churn.objects)
+    #expect(churn.secondSiteRuns == churn.objects)
+  }
+
+  /// Makes short-lived objects, each calling one `runOnce(for:)` site twice and another once,
+  /// until the allocator has given 500 of them an address an earlier one had (or 200,000 were
+  /// made): under AddressSanitizer freed memory sits in quarantine for a while first (CI keeps
+  /// that quarantine small).
+  static func churnShortLivedObjects() -> (
+    objects: Int, reused: Int, firstSiteRuns: Int, secondSiteRuns: Int
+  ) {
     var objects = 0
     var firstSiteRuns = 0
     var secondSiteRuns = 0
     var seen = Set<ObjectIdentifier>()
     var reused = 0
-    // Until addresses have been reused a few hundred times: under AddressSanitizer freed memory
-    // sits in quarantine for a while first (CI keeps that quarantine small).
     while reused < 500 && objects < 200_000 {
       let object = Plain()
       objects += 1
@@ -234,9 +247,7 @@ struct PerObjectTests {
       }
       runOnce(for: object) { secondSiteRuns += 1 }
     }
-    #expect(reused >= 500, "the allocator reused \(reused) addresses; the test proved too little")
-    #expect(firstSiteRuns == objects)
-    #expect(secondSiteRuns == objects)
+    return (objects, reused, firstSiteRuns, secondSiteRuns)
   }
 
   @Test("a body that reaches its own call site for the same object stops with a message")
@@ -269,16 +280,7 @@ extension PerObjectTests {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       boundExitTest()
       Instrumentation.objectCellsUseWeakLoads = true
-      var objects = 0
-      var runs = 0
-      var seen = Set<ObjectIdentifier>()
-      var reused = 0
-      while reused < 500 && objects < 200_000 {
-        let object = Plain()
-        objects += 1
-        if !seen.insert(ObjectIdentifier(object)).inserted { reused += 1 }
-        for _ in 0..<2 { runOnce(for: object) { runs += 1 } }
-      }
+      let (objects, reused, runs, _) = PerObjectTests.churnShortLivedObjects()
       let kept = Plain()
       runOnce(for: kept) {}
       let sideTable = ObjectCells.table.withLock { table in

@@ -36,13 +36,7 @@ enum QueueOwnership {
   /// reading the main queue only, and turned off if the first hop disagrees. One relaxed load
   /// once decided (reading a lazy `static let` would call `swift_once` each time).
   @inline(__always)
-  static var isAvailable: Bool {
-    let known = availability.load(ordering: .relaxed)
-    if known != Availability.undecided.rawValue {
-      return known != Availability.unavailable.rawValue
-    }
-    return decideAvailability()
-  }
+  static var isAvailable: Bool { known(availability, else: decideAvailability) }
 
   @inline(never)
   private static func decideAvailability() -> Bool {
@@ -57,11 +51,15 @@ enum QueueOwnership {
   /// one: only the tracked waits ask, never a once-cell's caller.
   static var queuesAreReadable: Bool {
     guard isAvailable else { return false }
-    let known = queueAvailability.load(ordering: .relaxed)
-    if known != Availability.undecided.rawValue {
-      return known != Availability.unavailable.rawValue
-    }
-    return decideQueueAvailability()
+    return known(queueAvailability, else: decideQueueAvailability)
+  }
+
+  /// Whether `state` says readable, once it is decided: one relaxed load; `decide` otherwise.
+  @inline(__always)
+  private static func known(_ state: borrowing Atomic<UInt8>, else decide: () -> Bool) -> Bool {
+    let known = state.load(ordering: .relaxed)
+    guard known != Availability.undecided.rawValue else { return decide() }
+    return known != Availability.unavailable.rawValue
   }
 
   @inline(never)
