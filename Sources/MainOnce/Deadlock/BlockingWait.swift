@@ -3,9 +3,6 @@
 /// behind the wait. The engine (once-cell callers) and the tracked waits implement it; the
 /// detector never looks past this protocol.
 protocol BlockingWait: AnyObject, Sendable {
-  /// The parking of a wait that sleeps through its grace with no deadline, which
-  /// ``WaitBoard`` wakes once the grace is over; `nil` for a wait that times its grace itself.
-  var graceParking: Parking? { get }
   /// The waiting thread.
   var thread: ThreadID { get }
   /// How the wait shows that it is blocked.

@@ -189,10 +189,8 @@ enum MainQueueEngine {
   /// deadlock detector.
   static func park(_ wait: some BlockingWait, on thread: ThreadRecord, parking: Parking) {
     Instrumentation.noteParked()
-    parking.startGrace()
     let previous = WaitBoard.publish(wait, on: thread)
-    WaitBoard.requestEndOfGrace()
-    if !parking.parkThroughGrace() {
+    if !parking.park(until: .now() + .nanoseconds(Int(WaitBoard.grace))) {
       Detector.watch(wait) { parking.park(until: $0) }
     }
     WaitBoard.withdraw(previous, on: thread)

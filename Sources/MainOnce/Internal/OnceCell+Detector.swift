@@ -80,11 +80,6 @@ extension Waiter: BlockingWait {
     guard case .thread(_, let thread) = kind else { return ThreadID(rawValue: 0) }
     return thread
   }
-  // `kind` is set before the wait is published and kept until it is withdrawn.
-  var graceParking: Parking? {
-    guard case .thread(let parking, _) = kind else { return nil }
-    return parking
-  }
   var proof: WaitProof { .structural }
   // A caller in main context runs the flight itself, and never parks.
   var holdsMainQueue: Bool { false }

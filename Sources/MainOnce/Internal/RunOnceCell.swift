@@ -134,7 +134,6 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 }
 
 extension RunOnceCell.Waiter: BlockingWait {
-  var graceParking: Parking? { parking }
   var proof: WaitProof { .structural }
   var holdsMainQueue: Bool { false }
   var servesMainQueue: Bool { false }

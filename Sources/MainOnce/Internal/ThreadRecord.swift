@@ -176,59 +176,16 @@ final class ThreadRecord: @unchecked Sendable {
 /// unpark, and its caller parks until it has taken that token: a timed park that gives up, or a
 /// wake-up that comes late, never leaves a token behind for the thread's next wait.
 ///
-/// States: 1 a token is there, 0 none, -1 the owner sleeps (or is about to) in the semaphore,
-/// -3 it sleeps through the grace of its wait with no deadline (``parkThroughGrace()``), -2 its
-/// grace was ended by ``endGrace()``, which signalled. Only an unpark that finds -1 or -3, or an
-/// end of grace that finds -3, signals the semaphore, and the owner takes every such signal.
+/// States: 1 a token is there, 0 none, -1 the owner sleeps (or is about to) in the semaphore.
+/// Only an unpark that finds -1 signals the semaphore, and the owner takes every such signal.
 final class Parking: Sendable {
   private let state = Atomic<Int>(0)
   private let semaphore = DispatchSemaphore(value: 0)
 
-  /// When the grace of the wait the owner sleeps through ends (monotonic nanoseconds), from
-  /// before the wait is published until the owner wakes; 0 otherwise. ``WaitBoard`` reads it
-  /// to end the grace of a wait that outlived it.
-  let graceEnds = Atomic<UInt64>(0)
-
   /// Leaves the token, waking the owner if it sleeps. The releasing exchange orders what the
   /// caller wrote before it (a resolution) before the owner's return from ``park(until:)``.
   func unpark() {
-    let previous = state.exchange(1, ordering: .acquiringAndReleasing)
-    if previous == -1 || previous == -3 { semaphore.signal() }
-  }
-
-  /// Starts the grace of a wait, `WaitBoard.grace` from now: before the wait is published.
-  func startGrace() {
-    graceEnds.store(Platform.monotonicNanoseconds() &+ WaitBoard.grace, ordering: .relaxed)
-  }
-
-  /// Takes the token, sleeping with no deadline until it comes or ``endGrace()`` is called:
-  /// the grace of a wait, during which a caller arms no timer of its own (a deadline on a
-  /// futex arms a kernel timer, measured at about 400 ns a wait on a one-CPU run); one
-  /// timer for every waiting thread ends it instead (``WaitBoard/requestEndOfGrace()``).
-  /// Returns whether it took the token. Call ``startGrace()`` before the wait is published.
-  func parkThroughGrace() -> Bool {
-    defer { graceEnds.store(0, ordering: .relaxed) }
-    // 0 → -3: sleep. Otherwise the token is there already: 1 → 0.
-    guard
-      state.compareExchange(expected: 0, desired: -3, ordering: .acquiringAndReleasing).exchanged
-    else {
-      state.store(0, ordering: .relaxed)
-      return true
-    }
-    semaphore.wait()
-    // 1: unparked (by the signal of the unpark, or of an end of grace that came first); -2:
-    // the grace ended.
-    return state.exchange(0, ordering: .acquiring) == 1
-  }
-
-  /// Ends the grace of an owner that sleeps through it, waking it without a token; returns
-  /// whether it did. An owner that has not gone to sleep yet, or has its token, is left alone.
-  func endGrace() -> Bool {
-    guard
-      state.compareExchange(expected: -3, desired: -2, ordering: .acquiringAndReleasing).exchanged
-    else { return false }
-    semaphore.signal()
-    return true
+    if state.exchange(1, ordering: .acquiringAndReleasing) == -1 { semaphore.signal() }
   }
 
   /// Takes the token, waiting for it until `deadline` (`nil`: for as long as it takes).

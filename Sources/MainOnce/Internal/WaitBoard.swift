@@ -105,49 +105,4 @@ enum WaitBoard {
   /// How long a blocking wait lasts before it asks the deadlock detector to look: a wait that
   /// ends sooner runs none of the detector's code.
   static let grace: UInt64 = 50_000_000
-
-  // MARK: Ending graces
-
-  /// Requests for a look at the waits in their grace since the last look began: the first
-  /// request schedules the look.
-  private static let graceRequests = Atomic(0)
-
-  /// Makes sure the grace of the wait the calling thread just published will be ended once it
-  /// is over: schedules one look, `grace` from now, unless one is scheduled. One libdispatch
-  /// timer, for every waiting thread, in place of a kernel timer a wait.
-  @inline(__always)
-  static func requestEndOfGrace(after delay: UInt64 = grace) {
-    // An increment, never a plain load: the look's exchange reads the count, so it sees every
-    // wait published before a request that did not schedule it.
-    guard graceRequests.add(1, ordering: .acquiringAndReleasing).oldValue == 0 else { return }
-    Platform.runOnOvercommitQueue(afterNanoseconds: delay) { endGraces() }
-  }
-
-  /// Wakes every thread whose wait has outlived its grace and still sleeps through it, so that
-  /// it asks the deadlock detector to watch it; schedules the next look for the waits whose
-  /// grace is not over.
-  private static func endGraces() {
-    _ = graceRequests.exchange(0, ordering: .acquiringAndReleasing)
-    let now = Platform.monotonicNanoseconds()
-    let nextLook = read { published -> UInt64? in
-      var nextLook: UInt64?
-      for (wait, _) in published {
-        guard let parking = (wait as? any BlockingWait)?.graceParking else { continue }
-        let end = parking.graceEnds.load(ordering: .acquiring)
-        guard end != 0 else { continue }
-        let delay: UInt64
-        if end > now {
-          delay = end - now
-        } else if parking.endGrace() {
-          continue
-        } else {
-          // Published, not asleep yet (or about to take its token): look again soon.
-          delay = 1_000_000
-        }
-        nextLook = min(nextLook ?? delay, delay)
-      }
-      return nextLook
-    }
-    if let nextLook { requestEndOfGrace(after: nextLook) }
-  }
 }

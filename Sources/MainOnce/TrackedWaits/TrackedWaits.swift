@@ -355,8 +355,6 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   // is not published, and read by the deadlock detector only while it is, inside
   // `WaitBoard.read`, which a withdrawal waits for; the marks and counters are atomics.
   let thread: ThreadID
-  /// A tracked wait times its grace itself, in slices of the wait it tracks.
-  var graceParking: Parking? { nil }
   /// Whom the wait is for: a pointer into the waiting frame, valid while the wait is published
   /// (the only time the detector reads it).
   @exclusivity(unchecked) var target: UnsafePointer<WaitTarget>?
