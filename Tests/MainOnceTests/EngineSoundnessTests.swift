@@ -371,8 +371,8 @@ extension EngineSoundnessInProcessTests {
         }
       }
       #expect(threw == true)
-      flight = OnceCell.withLock { _ in
-        Flight.attached(owner.token._word.word.load(ordering: .relaxed))
+      flight = OnceCell.withLock {
+        Flight.attached(owner.token._word.word.load(ordering: .relaxed), holding: $0)
       }
       #expect(flight != nil)
     }  // the owner, its token and the token's storage end here

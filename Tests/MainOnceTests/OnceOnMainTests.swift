@@ -206,7 +206,7 @@ func waitingCallers(labelContaining text: String) -> Int {
   }
   if let flight = cells.first as? Flight {
     return OnceCell.withLock { held in
-      flight.queue(holding: held).filter { $0.phase(holding: held) == .queued }.count
+      flight.callers(holding: held).filter { $0.phase(holding: held) == .queued }.count
     }
   }
   if let cell = cells.first as? RunOnceCell {

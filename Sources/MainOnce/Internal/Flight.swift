@@ -14,14 +14,14 @@ internal import Synchronization
 /// waiter, the deadlock detector). An object cannot be reallocated while it is retained, so
 /// nothing left over from one cell can act on another cell that reuses the storage's address.
 final class Flight: @unchecked Sendable {
-  // This is safe because its state, and the list of flights awaiting a hop, are reachable only
-  // through methods that take proof that the caller holds the engine's lock (`OnceCell.Held`),
-  // which also makes their accesses exclusive, so they skip the dynamic check; `label` never
-  // changes, and `epoch` is an atomic.
+  // This is safe because its machine and marks, and the list of flights awaiting a hop, are
+  // reachable only through methods that take proof that the caller holds the engine's lock
+  // (`OnceCell.Held`), which keeps other threads out; the bodies those methods run never call
+  // back into the flight, so no access overlaps another on the same thread, and they skip the
+  // dynamic check. `label` never changes, and `epoch` is an atomic.
 
-  /// What the engine's lock guards.
-  struct State {
-    var machine = FlightMachine(callers: WaiterQueue())
+  /// What the deadlock detector marks on a flight, beside its machine.
+  struct Marks {
     /// When the oldest caller had begun to wait, once a stall report about the flight was
     /// delivered: the report of its end says how long they waited.
     var reportedSince: UInt64?
@@ -30,28 +30,31 @@ final class Flight: @unchecked Sendable {
   }
 
   let label: CellLabel
-  @exclusivity(unchecked) private var state = State()
+  @exclusivity(unchecked) private var machine = FlightMachine(callers: WaiterQueue())
+  @exclusivity(unchecked) private var marks = Marks()
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
 
   init(label: CellLabel) { self.label = label }
 
-  /// Reads or changes the flight's state.
-  func withState<Result>(
-    holding _: borrowing OnceCell.Held, _ body: (inout State) -> Result
+  /// Reads or changes the detector's marks, reading the machine: only the methods below, which
+  /// check its invariant after each transition, change the machine.
+  func withMarks<Result>(
+    holding _: borrowing OnceCell.Held,
+    _ body: (inout Marks, borrowing FlightMachine<WaiterQueue>) -> Result
   ) -> Result {
-    body(&state)
+    body(&marks, machine)
   }
 
   /// The value of the attempt that succeeded, once one has.
-  func outcome(holding _: borrowing OnceCell.Held) -> UInt? { state.machine.outcome }
+  func outcome(holding _: borrowing OnceCell.Held) -> UInt? { machine.outcome }
   /// The callers queued or running, in arrival order.
-  func queue(holding _: borrowing OnceCell.Held) -> WaiterQueue { state.machine.callers }
+  func callers(holding _: borrowing OnceCell.Held) -> [Waiter] { Array(machine.callers) }
 
   /// The thread in main context that runs the flight's attempts, and the attempt it runs.
   func runner(holding _: borrowing OnceCell.Held) -> Runner? {
-    guard let thread = state.machine.runner, let owner = state.machine.running else { return nil }
+    guard let thread = machine.runner, let owner = machine.running else { return nil }
     return Runner(thread: thread, site: owner.site, since: owner.startedAt)
   }
 
@@ -107,7 +110,7 @@ final class Flight: @unchecked Sendable {
   }
 
   /// The caller whose attempt runs, if one does.
-  func running(holding _: borrowing OnceCell.Held) -> Waiter? { state.machine.running }
+  func running(holding _: borrowing OnceCell.Held) -> Waiter? { machine.running }
 
   /// ``FlightMachine/startNextAttempt(on:)``.
   func startNextAttempt(on thread: ThreadID, holding _: borrowing OnceCell.Held) -> Waiter? {
@@ -142,7 +145,7 @@ final class Flight: @unchecked Sendable {
   func cancel(_ waiter: Waiter, into wakes: inout Wakes, holding _: borrowing OnceCell.Held) {
     transition { $0.cancel(waiter) { wakes.resolve($0, Resolution($1, failure: nil)) } }
     // Nobody is left to watch for: the next caller that does not block starts a timer again.
-    if state.machine.callers.isEmpty { state.isTimed = false }
+    if machine.callers.isEmpty { marks.isTimed = false }
   }
 
   /// Applies one transition of the machine, then what the engine keeps beside it: the
@@ -150,13 +153,13 @@ final class Flight: @unchecked Sendable {
   /// in release builds too: queued callers without a runner or a hop would wait for ever.
   /// Called only by the methods above, which take proof that the caller holds the lock.
   private func transition<Result>(_ body: (inout FlightMachine<WaiterQueue>) -> Result) -> Result {
-    let (runner, running) = (state.machine.runner, state.machine.running)
-    let result = body(&state.machine)
-    if state.machine.runner != runner { epoch.add(1, ordering: .releasing) }
-    if let owner = state.machine.running, owner !== running {
+    let (runner, running) = (machine.runner, machine.running)
+    let result = body(&machine)
+    if machine.runner != runner { epoch.add(1, ordering: .releasing) }
+    if let owner = machine.running, owner !== running {
       owner.startedAt = Platform.monotonicNanoseconds()
     }
-    guard state.machine.invariantHolds else {
+    guard machine.invariantHolds else {
       Diagnostics.internalInconsistency(
         "callers wait for \(label), which nobody runs and no hop will reach")
     }
@@ -165,8 +168,8 @@ final class Flight: @unchecked Sendable {
 
   // MARK: Retained by the storage
 
-  /// The flight whose tagged address is `raw`, if it is one. Call under the lock.
-  static func attached(_ raw: UInt) -> Flight? {
+  /// The flight whose tagged address is `raw`, if it is one.
+  static func attached(_ raw: UInt, holding _: borrowing OnceCell.Held) -> Flight? {
     reference(raw)?.takeUnretainedValue()
   }
 
@@ -219,13 +222,13 @@ final class Waiter: @unchecked Sendable {
   // the lock before the caller is told and read by the caller after it is told (through the
   // lock, the parking's semaphore or the continuation, each of which orders the two); `kind`
   // and `resolution`, which `Wakes.deliver` reads after the lock is released, on the thread
-  // that resolved the caller under it (neither is written again once the caller is resolved);
-  // `kind` also by ``WaitBoard`` while the wait is published (set before, kept until it is
-  // withdrawn); `attempt`, which only the runner reads, without the lock, while the caller
-  // waits for it; `isResolved`, an atomic; and every field written by
-  // ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread that owns the
-  // record, when nothing else refers to it any more (see
-  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``).
+  // that resolved the caller under it, before it wakes the caller (neither is written again
+  // until the caller's thread reuses the record); `attempt`, which only the runner reads,
+  // without the lock, while the caller waits for it; `isResolved`, an atomic; and every field
+  // written by ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread that
+  // owns the record, once nothing else refers to it (see
+  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``): whoever let it go did so
+  // after its last read, and its release orders that read before the uniqueness check.
 
   /// How the caller learns its resolution: a parked thread is signalled; a suspended task
   /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to

@@ -32,9 +32,12 @@ private func callMainActorBodyIsolated<Result, Failure: Error>(
 /// the main queue calls it from a synchronous nonisolated context.
 ///
 /// This is safe because the two declarations name one function, whose calling convention the
-/// isolation does not change (a synchronous function's isolation is checked where it is called,
-/// not by the callee), and ``MainActor/runIsolated(_:)``, the only caller, runs only where
-/// MainOnce has proven that the caller holds the main queue: the main actor's executor on Linux.
+/// isolation does not change (global-actor isolation is not part of the lowered function type,
+/// and neither declaration has an isolated parameter), and ``MainActor/runIsolated(_:)``, the
+/// only caller, runs only where MainOnce has proven that the caller holds the main queue: the
+/// main actor's executor on Linux. Built with `-enable-actor-data-race-checks` (off by default;
+/// MainOnce does not pass it), the isolated body would check its executor first: that check
+/// would pass, at the cost this function exists to avoid.
 @_silgen_name("mainonce_call_main_actor_body")
 private func callMainActorBody<Result, Failure: Error>(
   _ body: @MainActor () throws(Failure) -> Result

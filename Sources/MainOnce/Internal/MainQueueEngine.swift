@@ -290,7 +290,7 @@ enum MainQueueEngine {
       flight.finish(owner, with: result, into: &wakes, holding: held)
       let next = flight.startNextAttempt(on: thread.id, holding: held)
       // Only a flight the detector reported has an end to report: the rest never call it.
-      if next == nil, flight.withState(holding: held, { $0.reportedSince != nil }),
+      if next == nil, flight.withMarks(holding: held, { marks, _ in marks.reportedSince != nil }),
         let since = flight.endOfReportedStall(holding: held)
       {
         ended = (since, flight.outcome(holding: held) != nil)

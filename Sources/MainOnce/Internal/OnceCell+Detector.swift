@@ -19,7 +19,7 @@ extension Flight: StallSubject {
   func stallSnapshot() -> StallSnapshot? {
     OnceCell.withLock { held in
       guard outcome(holding: held) == nil else { return nil }
-      let callers = queue(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
+      let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
         switch waiter.kind {
         case .thread(_, let thread):
           .init(kind: .thread, thread: thread, site: waiter.site, since: waiter.since)
@@ -40,9 +40,9 @@ extension Flight: StallSubject {
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
     OnceCell.withLock { held in
-      withState(holding: held) { state in
-        guard state.reportedSince == nil, state.machine.outcome == nil else { return false }
-        state.reportedSince = waitingSince
+      withMarks(holding: held) { marks, machine in
+        guard marks.reportedSince == nil, machine.outcome == nil else { return false }
+        marks.reportedSince = waitingSince
         return true
       }
     }
@@ -51,9 +51,9 @@ extension Flight: StallSubject {
   /// Whether a timer must be started to watch the flight for callers that do not block: the
   /// first such caller's.
   func claimTimer(holding held: borrowing OnceCell.Held) -> Bool {
-    withState(holding: held) { state in
-      defer { state.isTimed = true }
-      return !state.isTimed
+    withMarks(holding: held) { marks, _ in
+      defer { marks.isTimed = true }
+      return !marks.isTimed
     }
   }
 
@@ -61,14 +61,13 @@ extension Flight: StallSubject {
   /// waits for it any more (it finished, or its last caller left); its end is then reported
   /// once.
   func endOfReportedStall(holding held: borrowing OnceCell.Held) -> UInt64? {
-    withState(holding: held) { state in
-      let machine = state.machine
-      guard let since = state.reportedSince,
+    withMarks(holding: held) { marks, machine in
+      guard let since = marks.reportedSince,
         machine.outcome != nil || machine.callers.isEmpty && machine.runner == nil
       else {
         return nil
       }
-      state.reportedSince = nil
+      marks.reportedSince = nil
       return since
     }
   }

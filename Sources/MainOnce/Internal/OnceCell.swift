@@ -155,7 +155,9 @@ struct OnceCell {
   /// `false`.
   func takenOverRun(of thread: ThreadID, holding held: borrowing Held) -> (Flight, Waiter) {
     let raw = word.pointee.word.load(ordering: .relaxed)
-    guard let flight = Flight.attached(raw), let standIn = flight.running(holding: held) else {
+    guard let flight = Flight.attached(raw, holding: held),
+      let standIn = flight.running(holding: held)
+    else {
       Diagnostics.internalInconsistency("\(label) changed while \(thread) ran it in place")
     }
     return (flight, standIn)
@@ -177,7 +179,7 @@ struct OnceCell {
       // flight attached over a published word would run the initializer again.
       let raw = word.pointee.word.load(ordering: .acquiring)
       if let value = Self.doneValue(raw, in: word, holding: held) { return .done(value) }
-      if let flight = Flight.attached(raw) { return .inFlight(flight) }
+      if let flight = Flight.attached(raw, holding: held) { return .inFlight(flight) }
       let flight = Flight(label: label)
       let attached = flight.retainedForStorage()
       // The one store to the word that races with stores made without the lock: an in-place
@@ -212,7 +214,9 @@ struct OnceCell {
     _ raw: UInt, in word: UnsafePointer<_OnceWord>, holding held: borrowing Held
   ) -> UInt? {
     if raw & 1 == 0 { return raw }
-    guard let outcome = Flight.attached(raw)?.outcome(holding: held) else { return nil }
+    guard let outcome = Flight.attached(raw, holding: held)?.outcome(holding: held) else {
+      return nil
+    }
     publish(outcome, in: word, holding: held)
     return outcome
   }
