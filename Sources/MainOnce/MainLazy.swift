@@ -159,10 +159,11 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     _ = consume released
   }
 
-  /// The builder, taken out of its slot if `releasing`. Under the engine's lock (``OnceCell/withLock(_:)``) as well as the
-  /// `Mutex` that stores it: on Linux ThreadSanitizer cannot see the `Mutex`'s futex (see
-  /// ``Lock``), and would take two readers that release the builder one after the other for a
-  /// race; it sees the pthread lock. Only the slow path gets here.
+  /// The builder, taken out of its slot if `releasing`. Under the engine's lock
+  /// (``OnceCell/withLock(_:)``) as well as the `Mutex` that stores it: on Linux ThreadSanitizer
+  /// cannot see the `Mutex`'s futex (see ``Lock``), and would take two readers that release the
+  /// builder one after the other for a race; it sees the pthread lock. Only the slow path gets
+  /// here.
   private func builder(releasing: Bool) -> (@MainActor @Sendable () throws(Failure) -> Value)? {
     OnceCell.withLock { _ in
       _builder.withLock { slot in

@@ -58,6 +58,18 @@ final class Flight: @unchecked Sendable {
     return Runner(thread: thread, site: owner.site, since: owner.startedAt)
   }
 
+  /// When the callers of a reported flight had begun to wait, if it was reported and nobody
+  /// waits for it any more (it finished, or its last caller left); its end is then reported
+  /// once. The engine asks after an attempt's end and a cancellation; only a flight the
+  /// detector reported gets past the first check.
+  func endOfReportedStall(holding _: borrowing OnceCell.Held) -> UInt64? {
+    guard let since = marks.reportedSince,
+      machine.outcome != nil || machine.callers.isEmpty && machine.runner == nil
+    else { return nil }
+    marks.reportedSince = nil
+    return since
+  }
+
   /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
   /// `service` policy runs them in place.
   @exclusivity(unchecked) nonisolated(unsafe) private static var awaitingHop: [Flight] = []

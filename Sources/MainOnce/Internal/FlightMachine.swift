@@ -56,12 +56,14 @@
 // runner's thread id, shifted, with the two low bits set (`OnceCell.startInPlaceRun(on:)`). It
 // allocates nothing. A caller that arrives while it runs attaches a flight that takes the run
 // over (`init(callers:adopting:runBy:)`), and the runner drives the flight when its attempt
-// returns; with nobody arriving, a success publishes and a throw leaves the cell fresh. Invariant, after
-// every transition (`invariantHolds`): callers that queued have a runner, a hop on its way, or
-// a finished flight to be told of. Safety, checked by the test in every state: at most one
-// attempt succeeds, and none starts after it; attempts start only in main context (the engine
-// also checks it in release builds, `MainQueueEngine.driveUnlessDriven(_:on:isHop:)`); no caller is
-// resolved twice, and a caller that borrows the storage and is told "done" finds it published.
+// returns; with nobody arriving, a success publishes and a throw leaves the cell fresh.
+//
+// Invariant, after every transition (`invariantHolds`): callers that queued have a runner, a
+// hop on its way, or a finished flight to be told of. Safety, checked by the test in every
+// state: at most one attempt succeeds, and none starts after it; attempts start only in main
+// context (the engine also checks it in release builds,
+// `MainQueueEngine.driveUnlessDriven(_:on:isHop:)`); no caller is resolved twice, and a caller
+// that borrows the storage and is told "done" finds it published.
 
 /// Where one caller of a flight is in its wait.
 enum CallerPhase: Hashable, Sendable {

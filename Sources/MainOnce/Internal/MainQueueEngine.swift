@@ -11,20 +11,20 @@ internal import _CMainOnceShims
 /// (the decisions), this file (performing them), `MainContext.swift` and
 /// `Internal/QueueOwnership.swift` (whether the caller holds the main queue) and
 /// `Internal/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
-/// worker under `dispatchMain()`, first use in the process included, counts 18 files and 617
-/// lines in a debug build, 596 in release (Swift 6.3.1): the rest are the lock, the platform's
+/// worker under `dispatchMain()`, first use in the process included, counts 18 files and 607
+/// lines in a debug build, 595 in release (Swift 6.3.1): the rest are the lock, the platform's
 /// clock and thread id, the wait board, labels and settings, and no line of the deadlock
 /// detector or of the tracked waits. A parked caller
 /// publishes its wait on the `WaitBoard` (a store) and parks for `WaitBoard.grace`; only a wait
 /// that outlives it calls the deadlock detector (`Detector.watch`), and only a flight that the
 /// detector reported calls it again when it ends (`Detector.subjectEnded`).
 ///
-/// A caller asks the cell for its phase under the engine's lock (``OnceCell/withLock(_:)``); unless it is done, it queues its
-/// attempt and takes one of two roles. **Drive**, in main context: run the queued attempts in
-/// arrival order until one succeeds or none is left (a hop from main context would trap in
-/// libdispatch). **Wait**, elsewhere: park, suspend, or keep a completion handler, after sending a
-/// hop (an async block on the main queue, which drives the flight) unless someone runs it or a hop
-/// is on its way. Whoever finishes the flight resolves every caller under the lock, then wakes
+/// A caller asks the cell for its phase under the engine's lock (``OnceCell/withLock(_:)``);
+/// unless it is done, it queues its attempt and takes one of two roles. **Drive**, in main
+/// context: run the queued attempts in arrival order until one succeeds or none is left (a hop
+/// from main context would trap in libdispatch). **Wait**, elsewhere: park, suspend, or keep a
+/// completion handler, after sending a hop (an async block on the main queue, which drives the
+/// flight) unless someone runs it or a hop is on its way. Whoever finishes the flight resolves every caller under the lock, then wakes
 /// them. A hop is never `main.sync`: nobody is stuck inside one, so a flight finished some other
 /// way still releases every caller, and a late hop finds nothing to do.
 enum MainQueueEngine {
@@ -199,9 +199,10 @@ enum MainQueueEngine {
 
   // MARK: - Running the queue in main context
 
-  /// Sends the hop that ``Flight/arrive(_:on:inMainContext:isCancelled:)`` claimed, after the lock is released (a worker
-  /// that picks it up at once must not find the lock held): `dispatch_async_f` with the flight
-  /// as its context, so that no block is allocated and copied on a first call's path.
+  /// Sends the hop that ``Flight/arrive(_:on:inMainContext:isCancelled:holding:)`` claimed,
+  /// after the lock is released (a worker that picks it up at once must not find the lock
+  /// held): `dispatch_async_f` with the flight as its context, so that no block is allocated and
+  /// copied on a first call's path.
   private static func sendHop(for flight: Flight) {
     Instrumentation.noteHop()
     mainonce_main_queue_async(Unmanaged.passRetained(flight).toOpaque()) { context in
@@ -289,10 +290,7 @@ enum MainQueueEngine {
     let next = OnceCell.withLock { held in
       flight.finish(owner, with: result, into: &wakes, holding: held)
       let next = flight.startNextAttempt(on: thread.id, holding: held)
-      // Only a flight the detector reported has an end to report: the rest never call it.
-      if next == nil, flight.withMarks(holding: held, { marks, _ in marks.reportedSince != nil }),
-        let since = flight.endOfReportedStall(holding: held)
-      {
+      if next == nil, let since = flight.endOfReportedStall(holding: held) {
         ended = (since, flight.outcome(holding: held) != nil)
       }
       return next

@@ -57,21 +57,6 @@ extension Flight: StallSubject {
     }
   }
 
-  /// When the callers of a reported flight had begun to wait, if it was reported and nobody
-  /// waits for it any more (it finished, or its last caller left); its end is then reported
-  /// once.
-  func endOfReportedStall(holding held: borrowing OnceCell.Held) -> UInt64? {
-    withMarks(holding: held) { marks, machine in
-      guard let since = marks.reportedSince,
-        machine.outcome != nil || machine.callers.isEmpty && machine.runner == nil
-      else {
-        return nil
-      }
-      marks.reportedSince = nil
-      return since
-    }
-  }
-
 }
 
 extension Waiter: BlockingWait {
