@@ -204,6 +204,18 @@ struct PerObjectTests {
     #expect(ranOn == caller)
   }
 
+  @Test("a done call site is answered on the fast path, from the cache a thread's first call makes")
+  func doneCallSiteIsAnsweredFromTheThreadsCache() async {
+    let answers = await onThread { () -> [Bool] in
+      let object = Plain()
+      let site = CallSite(file: #fileID, line: 1, column: 1)
+      let before = ObjectCells.isDone(object, at: site)
+      runOnce(for: object, file: #fileID, line: 1, column: 1) {}
+      return [before, ObjectCells.isDone(object, at: site)]
+    }
+    #expect(answers == [false, true])
+  }
+
   @Test("MainOnce does not keep the object alive")
   func objectIsNotRetained() async {
     let deinitialized = Recorder<Bool>()

@@ -152,7 +152,7 @@ enum ObjectCells {
         "MainOnce: \(operation) at \(site) shares its call site with another per-object API",
         at: site)
     }
-    ThreadRecord.current.objectCells.remember(cell, for: key)
+    ThreadRecord.current.remember(cell, for: key)
     return cell
   }
 }

@@ -12,8 +12,8 @@ internal import _CMainOnceShims
 
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
-  // This is safe because `id`, `isMainThread` and `objectCells` never change, and
-  // `mainContextDepth`, `inPlaceRuns`, the cache's slots, `spareParking`, `spareWaiters`,
+  // This is safe because `id` and `isMainThread` never change, and `mainContextDepth`,
+  // `inPlaceRuns`, `objectCells` and its slots, `spareParking`, `spareWaiters`,
   // `spareTrackedWaitIfMade` (made once; the object it holds says why it may be shared),
   // `trackedWaitIsInUse` and `nestedTrackedWaits` are only read and written by the thread this
   // record belongs to; that also makes their accesses exclusive, so they skip the dynamic check.
@@ -26,8 +26,9 @@ final class ThreadRecord: @unchecked Sendable {
   /// How many main-queue attempts this thread is running right now. They run in main context,
   /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
   @exclusivity(unchecked) var mainContextDepth = 0
-  /// The object cells this thread used last (see ``ObjectCells``).
-  let objectCells = ObjectCellCache()
+  /// The object cells this thread used last (see ``ObjectCells``), made at its first
+  /// per-object call: a thread that makes none keeps no cache.
+  @exclusivity(unchecked) private var objectCells: ObjectCellCache?
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
   /// A tracked wait to reuse, so that publishing one allocates nothing (made at this thread's
@@ -77,6 +78,17 @@ final class ThreadRecord: @unchecked Sendable {
     }
     waiter.reuse(site: site, label: label, kind: kind, attempt: attempt, storage: storage)
     return waiter
+  }
+
+  /// Keeps `cell` in this thread's cache of object cells, where the per-object fast path finds
+  /// it, making the cache at the thread's first per-object call.
+  func remember(_ cell: ObjectCell, for key: ObjectCells.Key) {
+    if objectCells == nil {
+      let cache = ObjectCellCache()
+      mainonce_set_object_cells(cache.slotsAddress)
+      objectCells = consume cache
+    }
+    objectCells?.remember(cell, for: key)
   }
 
   /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
@@ -146,7 +158,7 @@ final class ThreadRecord: @unchecked Sendable {
     // Without the record in place, every call would make a new one and lose its depth.
     let status = pthread_setspecific(key, retained)
     if status != 0 { Diagnostics.internalInconsistency("pthread_setspecific failed: \(status)") }
-    mainonce_set_thread_record(retained, record.objectCells.slotsAddress)
+    mainonce_set_thread_record(retained)
     WaitBoard.register(record)
     return record
   }
@@ -157,7 +169,8 @@ final class ThreadRecord: @unchecked Sendable {
       guard let raw else { return }
       // The thread is exiting: no call of its own reads the record after this, and one that
       // comes later (from another key's destructor) makes a new record.
-      mainonce_set_thread_record(nil, nil)
+      mainonce_set_thread_record(nil)
+      mainonce_set_object_cells(nil)
       let record = Unmanaged<ThreadRecord>.fromOpaque(raw).takeRetainedValue()
       WaitBoard.unregister(record)
     }

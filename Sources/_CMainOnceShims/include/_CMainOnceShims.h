@@ -114,8 +114,8 @@ bool mainonce_is_live_with_side_table(const void *object, uintptr_t side_table);
 /// a program link Foundation.
 bool mainonce_main_run_loop_is_running(void);
 
-/// The calling thread's MainOnce record and its cache of object cells, or NULL before the
-/// thread first takes a slow path: thread-local variables, initial-exec, so that reading one is
+/// The calling thread's MainOnce record, or NULL before the thread first takes a slow path, and
+/// its cache of object cells, or NULL before its first per-object call: thread-local variables, initial-exec, so that reading one is
 /// a single load. Written only by their own thread.
 extern __thread void *_Nullable mainonce_thread_record_slot
     __attribute__((tls_model("initial-exec")));
@@ -136,8 +136,11 @@ static inline void *_Nullable mainonce_thread_record(void) { return mainonce_thr
 
 static inline void *_Nullable mainonce_object_cells(void) { return mainonce_object_cells_slot; }
 
-static inline void mainonce_set_thread_record(void *_Nullable record, void *_Nullable cells) {
+static inline void mainonce_set_thread_record(void *_Nullable record) {
   mainonce_thread_record_slot = record;
+}
+
+static inline void mainonce_set_object_cells(void *_Nullable cells) {
   mainonce_object_cells_slot = cells;
 }
 
