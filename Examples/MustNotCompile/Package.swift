@@ -9,6 +9,8 @@
 // - ExpectIsDone: `#expect(token.isDone)`; Swift Testing's `#expect` copies what it checks.
 // - BlockingReadInAsync: `MainLazy.value` in async code off the main actor, where a read
 //   before the value is built would block a thread of the cooperative pool.
+// - BlockingWaitInAsync: the blocking `wait()` of a token and of a lazy value in async code,
+//   for the same reason.
 import PackageDescription
 
 let package = Package(
@@ -19,6 +21,7 @@ let package = Package(
     .target(name: "TokenChoice", dependencies: [mainOnce]),
     .testTarget(name: "ExpectIsDone", dependencies: [mainOnce]),
     .target(name: "BlockingReadInAsync", dependencies: [mainOnce]),
+    .target(name: "BlockingWaitInAsync", dependencies: [mainOnce]),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -196,7 +196,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     }
   }
 
-  private var cell: OnceCell {
+  var cell: OnceCell {
     OnceCell(
       word: _storage.address,
       label: .lazy(valueType: TypeName(Value.self), declaration: declaration))

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import MainOnceFixtureSupport
+import Synchronization
 
 @testable import MainOnce
 
@@ -85,6 +86,11 @@ enum DeadlockScenario: String, CaseIterable {
   case manyWaiters
   /// A stall timeout of an hour is lowered to 100 ms in code while a caller waits.
   case loweredStallTimeout
+  /// A token's initializer, on the main queue, waits (tracked) for work that waits for the
+  /// token without initializing it.
+  case waitCycle
+  /// A thread waits 2.5 s for a token nobody initializes; then the main thread initializes it.
+  case waitWithoutInitializer
 
   enum Tokens {
     static let token = MainOnceToken("deadlock scenario")
@@ -366,6 +372,28 @@ enum DeadlockScenario: String, CaseIterable {
         }.start()
         _ = never.wait(timeout: .now() + TimeScale.seconds(3))
       }
+    case .waitCycle:
+      let loader = WaitTarget.work("loader")
+      let done = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        onceOnMain(token: Tokens.token) {
+          Thread {
+            loader.perform { Tokens.token.wait() }
+            done.signal()
+          }.start()
+          _ = waitUntilParked()  // the worker is blocked in its wait
+          done.wait(for: loader)
+        }
+        verdict(true, "the cycle went unnoticed")
+      }
+    case .waitWithoutInitializer:
+      let initialized = Atomic(false)
+      Thread {
+        Tokens.token.wait()
+        verdict(initialized.load(ordering: .relaxed), "the wait ended")
+      }.start()
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
+      onceOnMain(token: Tokens.token) { initialized.store(true, ordering: .relaxed) }
     case .nestedSyncWithoutIntrospection:
       DeadlockDetection.reportHandler = { report in
         FileHandle.standardError.write(Data((report.text + "\n").utf8))

@@ -247,6 +247,41 @@ struct DeadlockTests {
     #expect(report.waited >= 1.0, "reported after \(report.waited) s")
   }
 
+  @Test("a wait that never initializes, for an initializer that waits for it, stops with its edge")
+  func waitCycle() async throws {
+    let outcome = try await run("waitCycle")
+    #expect(!outcome.timedOut)
+    #expect(outcome.status != 0)
+    #expect(!outcome.standardOutput.contains("PASS"))
+    let lines = try #require(
+      stoppingReport(in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift"),
+      "\(outcome.standardError)")
+    #expect(lines.first == "MainOnce: deadlock detected")
+    let edges = lines.dropFirst().prefix { $0.hasPrefix("  ") }
+    #expect(edges.count == 2, "\(outcome.standardError)")
+    #expect(
+      edges.contains {
+        $0.contains("waits for the initializer of token \"deadlock scenario\"")
+          && $0.contains("in MainOnceToken.wait() at MainOnceFixture/DeadlockScenarios.swift:")
+          && $0.hasSuffix(", which runs it")
+      }, "\(edges)")
+    #expect(
+      edges.contains { $0.contains("waits for work \"loader\" in DispatchSemaphore.wait(for:)") })
+  }
+
+  @Test("a wait for a token nobody initializes is reported as a stall, and ends when one does")
+  func waitWithoutInitializer() async throws {
+    let outcome = try await run("waitWithoutInitializer")
+    #expect(outcome.verdict == "PASS the wait ended", "\(outcome.standardError)")
+    let report = try #require(stallReport(in: outcome.standardError), "\(outcome.standardError)")
+    #expect(
+      report.text.contains(
+        "in MainOnceToken.wait() at MainOnceFixture/DeadlockScenarios.swift:"), "\(report.text)")
+    #expect(report.text.contains("no caller has brought the initializer"), "\(report.text)")
+    #expect(report.text.contains("hint: make sure something calls onceOnMain(token:) for it"))
+    #expect(report.waited >= 1.0, "reported after \(report.waited) s")
+  }
+
   @Test("callers of one stalled initializer get one report that lists them")
   func manyWaitersOneReport() async throws {
     let outcome = try await run("manyWaiters")

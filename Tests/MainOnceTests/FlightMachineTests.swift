@@ -13,18 +13,23 @@ struct FlightMachineTests {
   func everyMixOfUpToThreeCallers(forms: [Model.Form]) {
     let exploration = Model.explore(forms)
     #expect(exploration.violations == [], "\(forms)")
-    #expect(exploration.states > forms.count)
+    // Waiters alone reach few states: nothing ever runs.
+    #expect(exploration.states > (forms.contains(where: \.bringsAttempt) ? forms.count : 1))
   }
 
   @Test(
     "two callers of each form, and three of each of any three forms, interleaved every way",
     .serialized,
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
-    arguments: [Model.Form.allCases + Model.Form.allCases]
-      + Model.Form.allCases.map { left in
-        let forms = Model.Form.allCases.filter { $0 != left }
+    arguments: [Model.Form.initializing + Model.Form.initializing]
+      + Model.Form.initializing.map { left in
+        let forms = Model.Form.initializing.filter { $0 != left }
         return forms + forms + forms
-      })
+      }
+      + [
+        Model.Form.initializing + [.mainWaiting, .workerWaiting, .taskWaiting, .workerWaiting],
+        [.mainBlocking, .mainBlocking, .workerBlocking, .task, .task, .mainWaiting, .taskWaiting],
+      ])
   func largerConfigurations(forms: [Model.Form]) async throws {
     // Seconds of work each: on a thread of its own, one at a time, so that it never holds up
     // the cooperative pool that the rest of the suite runs on.
@@ -50,6 +55,12 @@ struct FlightMachineTests {
     let exploration = Model.explore([.workerBlocking, .workerBlocking], losesHops: true)
     #expect(exploration.violations.contains { $0.contains("never resolved") })
   }
+
+  @Test("a broken world is caught: a waiting main thread that serves nothing strands callers")
+  func explorationCatchesAMainWaitThatDoesNotServe() {
+    let exploration = Model.explore([.mainWaiting, .workerBlocking], servesNothing: true)
+    #expect(exploration.violations.contains { $0.contains("never resolved") })
+  }
 }
 
 /// Reads a file of the package, by its path from the package's root.
@@ -73,6 +84,13 @@ enum Model {
     case task
     /// A completion-form call: it leaves a handler and returns.
     case handler
+    /// A blocking wait that never initializes, in main context: it drives the attempts queued
+    /// already, then serves those queued while it waits.
+    case mainWaiting
+    /// A blocking wait that never initializes, on a worker thread: it parks.
+    case workerWaiting
+    /// An `await` wait that never initializes: it suspends, and may be cancelled.
+    case taskWaiting
 
     var description: String {
       switch self {
@@ -80,10 +98,19 @@ enum Model {
       case .workerBlocking: "worker"
       case .task: "task"
       case .handler: "handler"
+      case .mainWaiting: "main waiter"
+      case .workerWaiting: "worker waiter"
+      case .taskWaiting: "task waiter"
       }
     }
 
+    /// The forms that bring an attempt.
+    static let initializing: [Form] = [.mainBlocking, .workerBlocking, .task, .handler]
+
     var borrowsStorage: Bool { self != .handler }
+    var bringsAttempt: Bool { Self.initializing.contains(self) }
+    var isInMainContext: Bool { self == .mainBlocking || self == .mainWaiting }
+    var isTask: Bool { self == .task || self == .taskWaiting }
 
     /// Every multiset of forms with one to `count` callers.
     static func mixes(upTo count: Int) -> [[Form]] {
@@ -125,6 +152,9 @@ enum Model {
     case idle
     /// It runs an attempt: for a main-context caller's drive (`caller`), or a hop's (`nil`).
     case inAttempt(driver: Int?)
+    /// It is blocked in a main-context wait (`caller`) that serves the main queue: hops cannot
+    /// run, and the wait runs the attempts queued meanwhile.
+    case waiting(Int)
   }
 
   /// The word of the token's storage.
@@ -182,13 +212,17 @@ enum Model {
     }
   }
 
-  /// Explores every state reachable by callers of `forms`. `losesHops` breaks the world on
-  /// purpose (no hop ever runs), to show that the checks can fail.
-  static func explore(_ forms: [Form], losesHops: Bool = false) -> Exploration {
+  /// Explores every state reachable by callers of `forms`. `losesHops` and `servesNothing` break
+  /// the world on purpose (no hop ever runs; a waiting main thread never serves), to show that
+  /// the checks can fail.
+  static func explore(
+    _ forms: [Form], losesHops: Bool = false, servesNothing: Bool = false
+  ) -> Exploration {
     MainOnceTests.explore(
       from: World(), limit: 2_000_000,
       successors: { world in
-        events(in: world, forms: forms, losesHops: losesHops).map { event in
+        events(in: world, forms: forms, losesHops: losesHops, servesNothing: servesNothing).map {
+          event in
           var step = Step(world: world, forms: forms)
           step.apply(event)
           return Successor(
@@ -197,9 +231,15 @@ enum Model {
         }
       },
       phase: phase(of:),
+      // A wait that never initializes may wait for ever when no attempt succeeds and its task
+      // is not cancelled: nothing else can end it. Every other caller is answered.
       unanswered: { world in
-        forms.indices.filter { world.arrived[$0] && world.verdicts[$0] == nil }
-          .map { "\(forms): caller \($0) is never resolved" }
+        forms.indices.filter { caller in
+          world.arrived[caller] && world.verdicts[caller] == nil
+            && (forms[caller].bringsAttempt || world.successes > 0
+              || world.cancelRequested[caller])
+        }
+        .map { "\(forms): caller \($0) is never resolved" }
       })
   }
 
@@ -213,13 +253,15 @@ enum Model {
       guard let flight = world.flight else { return "fresh" }
       if flight.outcome != nil { return "finished" }
       if flight.runner != nil { return "running" }
-      return flight.callers.isEmpty ? "idle" : "queued"
+      if flight.hasQueuedAttempt { return "queued" }
+      return flight.callers.isEmpty ? "idle" : "awaited"
     }
   }
 
   enum Event: CustomStringConvertible {
     case arrive(Int)
     case hop
+    case serve
     case attemptEnds(succeeds: Bool)
     case cancel(Int)
     case freeStorage
@@ -228,6 +270,7 @@ enum Model {
       switch self {
       case .arrive(let caller): "caller \(caller) arrives"
       case .hop: "the hop runs"
+      case .serve: "the waiting main thread serves"
       case .attemptEnds(let succeeds): succeeds ? "the attempt succeeds" : "the attempt throws"
       case .cancel(let caller): "caller \(caller)'s task is cancelled"
       case .freeStorage: "the token is freed"
@@ -236,7 +279,9 @@ enum Model {
   }
 
   /// The events that can happen next in `world`.
-  static func events(in world: World, forms: [Form], losesHops: Bool) -> [Event] {
+  static func events(
+    in world: World, forms: [Form], losesHops: Bool, servesNothing: Bool
+  ) -> [Event] {
     var events: [Event] = []
     let storageIsAlive = !world.storageIsFreed
     for (caller, form) in forms.enumerated() {
@@ -246,16 +291,26 @@ enum Model {
         forms[$0] == form && !world.arrived[$0]
       }
       if storageIsAlive, !world.arrived[caller], !earlierIsOut,
-        form != .mainBlocking || world.main == .idle
+        !form.isInMainContext || world.main == .idle
       {
         events.append(.arrive(caller))
       }
-      if form == .task, world.verdicts[caller] == nil, !world.cancelRequested[caller] {
+      if form.isTask, world.verdicts[caller] == nil, !world.cancelRequested[caller] {
         events.append(.cancel(caller))
       }
     }
-    // A hop runs when the main queue is free, or from a nested run loop inside an attempt.
-    if world.hops > 0, !losesHops { events.append(.hop) }
+    // A hop runs when the main queue is free, or from a nested run loop inside an attempt; not
+    // while a wait blocks the main thread. That wait is woken when a hop is sent, and runs the
+    // queued attempts itself.
+    if case .waiting = world.main {
+      if let flight = world.flight, flight.hasQueuedAttempt, flight.runner == nil,
+        !servesNothing
+      {
+        events.append(.serve)
+      }
+    } else if world.hops > 0, !losesHops {
+      events.append(.hop)
+    }
     if case .inAttempt = world.main {
       events.append(.attemptEnds(succeeds: true))
       events.append(.attemptEnds(succeeds: false))
@@ -290,6 +345,7 @@ private struct Step {
     switch event {
     case .arrive(let caller): arrive(caller)
     case .hop: hop()
+    case .serve: serve()
     case .attemptEnds(let succeeds): attemptEnds(succeeds: succeeds)
     case .cancel(let caller): cancel(caller)
     case .freeStorage:
@@ -303,9 +359,13 @@ private struct Step {
     if let flight = world.flight, flight.running != nil, flight.runner != Model.mainThread {
       violations.append("an attempt runs outside main context")
     }
-    if let flight = world.flight, flight.running != nil, case .idle = world.main {
+    if let flight = world.flight, flight.running != nil, world.main == .idle || isWaiting {
       violations.append("the machine runs an attempt that the main thread does not")
     }
+  }
+
+  private var isWaiting: Bool {
+    if case .waiting = world.main { true } else { false }
   }
 
   /// What `OnceCell.phase()` does for a caller that borrows the storage: `true` if the cell is
@@ -343,17 +403,19 @@ private struct Step {
       name = "a caller arrives"
       return resolve(caller, .done)
     }
-    let inMain = form == .mainBlocking
+    let inMain = form.isInMainContext
     let thread: Int? =
       switch form {
-      case .mainBlocking: Model.mainThread
-      case .workerBlocking: caller + 1
-      case .task, .handler: nil
+      case .mainBlocking, .mainWaiting: Model.mainThread
+      case .workerBlocking, .workerWaiting: caller + 1
+      case .task, .handler, .taskWaiting: nil
       }
     let isCancelled = world.cancelRequested[caller]
     let runningBefore = world.flight!.running
     let arrival = world.flight!.arrive(
-      caller, on: thread, inMainContext: inMain, isCancelled: isCancelled)
+      caller, on: thread, inMainContext: inMain, isCancelled: isCancelled,
+      bringsAttempt: form.bringsAttempt)
+    let who = form.bringsAttempt ? "a caller" : "a waiter"
     switch arrival {
     case .cancelled:
       name = "a cancelled task arrives"
@@ -364,26 +426,36 @@ private struct Step {
     case .runByAnotherThread:
       violations.append("the main queue was held twice")
     case .wait(let sendsHop):
-      name = inMain ? "a caller in main context arrives" : "a caller elsewhere arrives"
+      name = inMain ? "\(who) in main context arrives" : "\(who) elsewhere arrives"
       if inMain { violations.append("a caller in main context was told to wait") }
       if world.flight!.running != runningBefore {
         violations.append("an attempt started for a caller outside main context")
       }
+      if sendsHop && !form.bringsAttempt { violations.append("a waiter sent a hop") }
       if sendsHop { world.hops += 1 }
     case .drive(let first):
-      name = "a caller in main context arrives"
+      name = "\(who) in main context arrives"
       if !inMain { violations.append("a caller outside main context was told to drive") }
-      guard first != nil else { return violations.append("a driver found nothing to run") }
-      world.main = .inAttempt(driver: caller)
+      if let first {
+        world.main = .inAttempt(driver: caller)
+        if !forms[first].bringsAttempt { violations.append("a waiter was given an attempt") }
+      } else if form.bringsAttempt {
+        return violations.append("a driver found nothing to run")
+      } else {
+        world.main = .waiting(caller)
+      }
     }
-    // A main-context caller inside its own attempt that calls again is re-entrant.
-    if case .inAttempt = world.main,
-      let other = forms.indices.first(where: {
-        forms[$0] == .mainBlocking && !world.arrived[$0]
-      })
-    {
+    // A main-context call from inside its own attempt, with an attempt or without, is
+    // re-entrant.
+    for form in [Model.Form.mainBlocking, .mainWaiting] {
+      guard case .inAttempt = world.main,
+        let other = forms.indices.first(where: { forms[$0] == form && !world.arrived[$0] })
+      else { continue }
       var copy = world.flight!
-      guard case .reentrant = copy.arrive(other, on: Model.mainThread, inMainContext: true) else {
+      guard
+        case .reentrant = copy.arrive(
+          other, on: Model.mainThread, inMainContext: true, bringsAttempt: form.bringsAttempt)
+      else {
         return violations.append("a call from inside the running attempt was not re-entrant")
       }
     }
@@ -398,6 +470,19 @@ private struct Step {
       guard let first else { return }
       if world.main != .idle { violations.append("a nested hop started attempt \(first)") }
       world.main = .inAttempt(driver: nil)
+    }
+  }
+
+  /// A main-context wait, woken by a hop sent while it waits, runs the queued attempts itself
+  /// (as main-queue code, not as the hop, which stays on its way).
+  private mutating func serve() {
+    guard case .waiting(let waiter) = world.main else { return }
+    name = "the waiting main thread serves"
+    switch world.flight!.mainQueueReached(on: Model.mainThread, isHop: false) {
+    case .runByAnotherThread: violations.append("the main queue was held twice")
+    case .drive(let first):
+      guard first != nil else { return violations.append("a serving wait found nothing to run") }
+      world.main = .inAttempt(driver: waiter)
     }
   }
 
@@ -434,8 +519,12 @@ private struct Step {
       return
     }
     world.main = .idle
-    if let driver, world.verdicts[driver] == nil {
+    guard let driver, world.verdicts[driver] == nil else { return }
+    if forms[driver].bringsAttempt {
       violations.append("caller \(driver) drove the queue and returned unresolved")
+    } else {
+      // A wait that never initializes goes back to waiting, and serving.
+      world.main = .waiting(driver)
     }
   }
 
@@ -459,7 +548,12 @@ private struct Step {
     if verdict == .done, world.successes == 0, world.word != .published {
       violations.append("caller \(caller) was told done before any attempt succeeded")
     }
+    if verdict == .failed, !forms[caller].bringsAttempt {
+      violations.append("caller \(caller), which brought no attempt, was told one failed")
+    }
     world.verdicts[caller] = verdict
+    // A waiting main thread wakes and returns.
+    if world.main == .waiting(caller) { world.main = .idle }
   }
 }
 
@@ -498,8 +592,8 @@ extension Bool: PackedElement {
 }
 
 extension CallerPhase: PackedElement {
-  private static let all: [CallerPhase] = [.arriving, .queued, .running, .resolved]
-  static var width: Int { 2 }
+  private static let all: [CallerPhase] = [.arriving, .queued, .awaiting, .running, .resolved]
+  static var width: Int { 3 }
   static func decode(_ bits: UInt64) -> CallerPhase { all[Int(bits)] }
   var encoded: UInt64 { UInt64(Self.all.firstIndex(of: self)!) }
 }

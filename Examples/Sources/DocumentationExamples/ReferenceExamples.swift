@@ -88,6 +88,27 @@ func drawLater() async throws {  // any task
   database.record("frame drawn")
 }
 
+// Waiting without initializing.
+
+func startAudio() {  // the producer, any thread
+  onceOnMain(token: AudioEngine.setupToken) { configureAudio() }
+}
+
+func mixInBackground() {  // a consumer, another thread
+  AudioEngine.setupToken.wait()  // returns once startAudio()'s initializer has run
+  log("audio is set up")
+}
+
+func mixWhenReady() async throws {  // any task
+  try await AudioEngine.setupToken.wait()
+  log("audio is set up")
+}
+
+func recordWhenOpen() {  // any thread; never opens the database itself
+  let database = Stores.database.wait()  // returns once a read has built it
+  database.record("opened")
+}
+
 // MARK: DeadlockDetection
 
 func configureTestSuite() {

@@ -81,6 +81,8 @@ struct StallSnapshot {
     let thread: ThreadID?
     let site: CallSite
     let since: UInt64
+    /// Whether the caller brought an attempt; `false` for a wait that never initializes.
+    var bringsAttempt = true
   }
 
   /// What keeps a subject's callers waiting.
@@ -89,6 +91,8 @@ struct StallSnapshot {
     case runner(ThreadID, since: UInt64)
     /// Nothing runs yet: its attempts wait for whoever holds the main queue.
     case mainQueue
+    /// Nothing runs, and nothing is queued: every caller waits without an attempt.
+    case noAttempt
     /// An `AsyncMainLazy` build runs on the main actor, and may be suspended.
     case builder(since: UInt64)
   }

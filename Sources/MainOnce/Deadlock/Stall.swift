@@ -12,6 +12,8 @@ struct Look {
     case mainQueue(ThreadID)
     /// Nothing runs yet, and no thread holds the main queue.
     case nobody
+    /// Nothing runs, and nothing will: every caller waits without an initializer.
+    case noInitializer
     /// Nothing runs yet, and the main queue's owner cannot be read.
     case unknown
     /// As `unknown`, but this thread held the main queue when it began the tracked wait it is
@@ -22,7 +24,7 @@ struct Look {
     var thread: ThreadID? {
       switch self {
       case .runner(let thread, _), .mainQueue(let thread), .recordedHolder(let thread): thread
-      case .builder, .nobody, .unknown: nil
+      case .builder, .nobody, .noInitializer, .unknown: nil
       }
     }
   }
@@ -140,6 +142,13 @@ struct Look {
           "no thread holds the main queue, yet the hop has not started: libdispatch may have no"
             + " free worker thread to run it"
         ], "check for threads blocked in large numbers"
+      )
+    case .noInitializer:
+      return (
+        [
+          "no caller has brought the \(label.work): a wait() never runs it, and ends only once a"
+            + " call that does has succeeded"
+        ], "make sure something calls \(label.operation) for it"
       )
     case .recordedHolder(let holder):
       return (
@@ -301,9 +310,12 @@ extension Look {
     var oldest: StallSnapshot.Caller?
     for caller in snapshot.callers {
       if oldest == nil || caller.since < oldest!.since { oldest = caller }
-      let at = subject.label.hasCallSites ? " at \(caller.site)" : ""
+      // A wait passes its call site, a lazy value's `value` cannot.
+      let at = subject.label.hasCallSites || !caller.bringsAttempt ? " at \(caller.site)" : ""
       let kind = caller.kind.rawValue
-      let call = "\(caller.kind == .task ? "await " : "")\(subject.label.operation)\(at)"
+      let operation =
+        caller.bringsAttempt ? "\(subject.label.operation)" : subject.label.waitOperation
+      let call = "\(caller.kind == .task ? "await " : "")\(operation)\(at)"
       if let index = callers.firstIndex(where: { $0.kind == kind && $0.call == call }) {
         callers[index].count += 1
         if let thread = caller.thread { callers[index].threads.append(thread) }
@@ -323,6 +335,7 @@ extension Look {
     switch snapshot.obstacle {
     case .runner(let thread, let since): inTheWay = .runner(thread, since: since)
     case .builder(let since): inTheWay = .builder(since: since)
+    case .noAttempt: inTheWay = .noInitializer
     case .mainQueue:
       switch QueueOwnership.ownerOfMainQueue() {
       case .thread(let owner): inTheWay = .mainQueue(owner)

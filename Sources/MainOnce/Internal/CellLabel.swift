@@ -26,6 +26,16 @@ enum CellLabel: Sendable, CustomStringConvertible {
     }
   }
 
+  /// The wait that never initializes, as reports name it.
+  var waitOperation: String {
+    switch self {
+    case .token: "MainOnceToken.wait()"
+    case .lazy: "MainLazy.wait()"
+    case .asyncLazy: "AsyncMainLazy.wait()"
+    case .object: "wait()"
+    }
+  }
+
   /// What runs for this cell, for reports: "the initializer of token …".
   var work: String {
     switch self {

@@ -77,21 +77,38 @@ final class Flight: @unchecked Sendable {
   /// The flights whose hop is on its way, and has not started.
   static func awaitingHop(holding _: borrowing OnceCell.Held) -> [Flight] { awaitingHop }
 
-  /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:)``: queues `waiter` unless it is
-  /// re-entrant or cancelled. A hop it must send is marked as on its way: send it once the lock
-  /// is released.
+  /// The parking of the wait without an attempt that blocks the main queue now, if one does:
+  /// every hop sent while it waits wakes it, to run the attempts the hop cannot
+  /// (`MainQueueEngine.serve(until:on:parking:)`).
+  @exclusivity(unchecked) nonisolated(unsafe) private static var servingWait: Parking?
+
+  /// Makes `parking` the serving wait's (`nil`: none), and returns the one it replaces: a wait
+  /// nested in an attempt that the outer one runs puts that one back when it ends.
+  static func serve(with parking: Parking?, holding _: borrowing OnceCell.Held) -> Parking? {
+    defer { servingWait = parking }
+    return servingWait
+  }
+
+  /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:bringsAttempt:)``: queues `waiter`
+  /// unless it is re-entrant or cancelled. A hop it must send is marked as on its way: send it
+  /// once the lock is released. A wait that serves the main queue is woken for it now.
   func arrive(
     _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false,
     holding _: borrowing OnceCell.Held
   ) -> Arrival<Waiter, ThreadID> {
     let arrival = transition {
-      $0.arrive(waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled)
+      $0.arrive(
+        waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled,
+        bringsAttempt: waiter.bringsAttempt)
     }
     switch arrival {
     case .cancelled, .reentrant: break
     case .wait(let sendsHop):
       waiter.flight = self
-      if sendsHop { Self.awaitingHop.append(self) }
+      if sendsHop {
+        Self.awaitingHop.append(self)
+        Self.servingWait?.unpark()
+      }
     case .drive, .runByAnotherThread: waiter.flight = self
     }
     return arrival
@@ -123,6 +140,9 @@ final class Flight: @unchecked Sendable {
 
   /// The caller whose attempt runs, if one does.
   func running(holding _: borrowing OnceCell.Held) -> Waiter? { machine.running }
+
+  /// Whether a caller's attempt is queued, not started yet.
+  func hasQueuedAttempt(holding _: borrowing OnceCell.Held) -> Bool { machine.hasQueuedAttempt }
 
   /// ``FlightMachine/startNextAttempt(on:)``.
   func startNextAttempt(on thread: ThreadID, holding _: borrowing OnceCell.Held) -> Waiter? {
@@ -257,8 +277,13 @@ final class Waiter: @unchecked Sendable {
   @exclusivity(unchecked) private(set) var label: CellLabel
   @exclusivity(unchecked) private(set) var since = Platform.monotonicNanoseconds()
   @exclusivity(unchecked) var kind: Kind
-  /// The caller's attempt; `nil` once resolved.
+  /// The caller's attempt; `nil` once resolved, and for a wait that never initializes.
   @exclusivity(unchecked) var attempt: Attempt?
+  /// Whether the caller brought an attempt; `false` for a wait that never initializes.
+  @exclusivity(unchecked) private(set) var bringsAttempt: Bool
+  /// Whether the caller is a wait without an attempt that blocks the main queue, and runs the
+  /// attempts queued for it meanwhile.
+  @exclusivity(unchecked) private(set) var servesMainQueue = false
   /// The storage the caller borrows until it is resolved; `nil` for a completion-form call.
   /// Read only while the caller is not resolved, or by the flight that resolves it as done.
   @exclusivity(unchecked) private(set) var storage: UnsafePointer<_OnceWord>?
@@ -283,6 +308,22 @@ final class Waiter: @unchecked Sendable {
     self.kind = kind
     self.attempt = attempt
     self.storage = storage
+    // Its attempt may be running already: the stand-in for an in-place run brings none here.
+    bringsAttempt = true
+  }
+
+  /// A wait that never initializes, for `storage`'s cell: a blocked thread's (`parking`), in
+  /// main context if `servesMainQueue`, or a task's.
+  init(
+    waitingAt site: CallSite, label: CellLabel, kind: Kind, servesMainQueue: Bool,
+    storage: UnsafePointer<_OnceWord>
+  ) {
+    self.site = site
+    self.label = label
+    self.kind = kind
+    self.storage = storage
+    bringsAttempt = false
+    self.servesMainQueue = servesMainQueue
   }
 
   /// Where the caller is in its wait.

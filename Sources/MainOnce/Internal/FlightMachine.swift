@@ -12,6 +12,7 @@
 // | -------- | --------- | --------- | -------- | --------- | ------------- |
 // | fresh    | 1         | (no flight)                                      |
 // | idle     | F | 1     | nil       | nil      | none      | either        |
+// | awaited  | F | 1     | nil       | nil      | waiters   | either        |
 // | queued   | F | 1     | nil       | nil      | some      | true          |
 // | running  | F | 1, or R | nil     | a thread | any       | either        |
 // | finished | F | 1     | the value | nil      | none      | either        |
@@ -19,7 +20,13 @@
 //
 // A caller's phase (`CallerPhase`): arriving → queued → running → resolved; queued → resolved
 // (another caller's attempt succeeded, or a task was cancelled); arriving → resolved (a task
-// cancelled before it queued never does).
+// cancelled before it queued never does). A *waiter*, a caller that brings no attempt (a wait
+// that never initializes), goes arriving → awaiting → resolved (an attempt succeeded, or its
+// task was cancelled); *awaited* is a flight whose callers are all waiters: nothing runs, and no
+// hop is needed until a caller brings an attempt. A waiter in main context drives the attempts
+// queued when it arrives, then serves the main queue while it waits: woken by each hop sent
+// meanwhile, it runs the queued attempts itself ("the waiting main thread serves"), since the
+// hop cannot run while it blocks the main queue.
 //
 // The transitions, every one the exhaustive test observes and no other (it compares this
 // table, and the one in the DocC article "How a token moves", with what it observes). An
@@ -30,26 +37,34 @@
 // deinit. A success ends in *done* when a caller that borrows the storage waits (the value is
 // published through it), else in *finished*.
 //
-// | From     | Event                                                                                                                          | To       |
-// | -------- | ------------------------------------------------------------------------------------------------------------------------------ | -------- |
-// | fresh    | a task is cancelled; the token is freed                                                                                        | fresh    |
-// | fresh    | a cancelled task arrives                                                                                                       | idle     |
-// | fresh    | a caller elsewhere arrives                                                                                                     | queued   |
-// | fresh    | a caller in main context arrives                                                                                               | running  |
-// | idle     | a cancelled task arrives; a task is cancelled; the hop runs; the token is freed                                                | idle     |
-// | idle     | a caller elsewhere arrives                                                                                                     | queued   |
-// | idle     | a caller in main context arrives                                                                                               | running  |
-// | queued   | a task is cancelled                                                                                                            | idle     |
-// | queued   | a caller elsewhere arrives; a cancelled task arrives; a task is cancelled; the token is freed                                  | queued   |
-// | queued   | a caller in main context arrives; the hop runs                                                                                 | running  |
-// | running  | the attempt throws                                                                                                             | fresh    |
-// | running  | the attempt throws                                                                                                             | idle     |
-// | running  | a caller elsewhere arrives; a cancelled task arrives; a task is cancelled; the attempt throws; the hop runs; the token is freed | running  |
-// | running  | the attempt succeeds                                                                                                           | finished |
-// | running  | the attempt succeeds                                                                                                           | done     |
-// | finished | a task is cancelled; the hop runs; the token is freed                                                                          | finished |
-// | finished | a caller arrives                                                                                                               | done     |
-// | done     | a caller arrives; a task is cancelled; the hop runs; the token is freed                                                        | done     |
+// | From     | Event                                                                                                                                                       | To       |
+// | -------- | ----------------------------------------------------------------------------------------------------------------------------------------------------------- | -------- |
+// | fresh    | a task is cancelled; the token is freed                                                                                                                     | fresh    |
+// | fresh    | a cancelled task arrives                                                                                                                                    | idle     |
+// | fresh    | a waiter elsewhere arrives; a waiter in main context arrives                                                                                                | awaited  |
+// | fresh    | a caller elsewhere arrives                                                                                                                                  | queued   |
+// | fresh    | a caller in main context arrives                                                                                                                            | running  |
+// | idle     | a cancelled task arrives; a task is cancelled; the hop runs; the token is freed                                                                             | idle     |
+// | idle     | a waiter elsewhere arrives; a waiter in main context arrives                                                                                                | awaited  |
+// | idle     | a caller elsewhere arrives                                                                                                                                  | queued   |
+// | idle     | a caller in main context arrives                                                                                                                            | running  |
+// | awaited  | a task is cancelled                                                                                                                                         | idle     |
+// | awaited  | a waiter elsewhere arrives; a waiter in main context arrives; a cancelled task arrives; a task is cancelled; the hop runs                                   | awaited  |
+// | awaited  | a caller elsewhere arrives                                                                                                                                  | queued   |
+// | awaited  | a caller in main context arrives                                                                                                                            | running  |
+// | queued   | a task is cancelled                                                                                                                                         | idle     |
+// | queued   | a task is cancelled                                                                                                                                         | awaited  |
+// | queued   | a caller elsewhere arrives; a waiter elsewhere arrives; a cancelled task arrives; a task is cancelled; the token is freed                                   | queued   |
+// | queued   | a caller in main context arrives; a waiter in main context arrives; the hop runs; the waiting main thread serves                                            | running  |
+// | running  | the attempt throws                                                                                                                                          | fresh    |
+// | running  | the attempt throws                                                                                                                                          | idle     |
+// | running  | the attempt throws                                                                                                                                          | awaited  |
+// | running  | a caller elsewhere arrives; a waiter elsewhere arrives; a cancelled task arrives; a task is cancelled; the attempt throws; the hop runs; the token is freed | running  |
+// | running  | the attempt succeeds                                                                                                                                        | finished |
+// | running  | the attempt succeeds                                                                                                                                        | done     |
+// | finished | a task is cancelled; the hop runs; the token is freed                                                                                                       | finished |
+// | finished | a caller arrives                                                                                                                                            | done     |
+// | done     | a caller arrives; a task is cancelled; the hop runs; the token is freed                                                                                     | done     |
 //
 // `F` is the flight's address, with its low bit set: a done word is even. `R` marks an attempt
 // that a caller in main context runs in place, with no flight, because nobody else called: the
@@ -58,8 +73,9 @@
 // over (`init(callers:adopting:runBy:)`), and the runner drives the flight when its attempt
 // returns; with nobody arriving, a success publishes and a throw leaves the cell fresh.
 //
-// Invariant, after every transition (`invariantHolds`): callers that queued have a runner, a
-// hop on its way, or a finished flight to be told of. Safety, checked by the test in every
+// Invariant, after every transition (`invariantHolds`): callers that queued an attempt have a
+// runner, a hop on its way, or a finished flight to be told of; waiters need one only while
+// such a caller is queued. Safety, checked by the test in every
 // state: at most one attempt succeeds, and none starts after it; attempts start only in main
 // context (the engine also checks it in release builds,
 // `MainQueueEngine.driveUnlessDriven(_:on:isHop:)`); no caller is resolved twice, and a caller
@@ -71,6 +87,9 @@ enum CallerPhase: Hashable, Sendable {
   case arriving
   /// Queued: its attempt has not started, and nothing has ended its wait.
   case queued
+  /// Queued without an attempt of its own (a wait that never initializes): it waits for
+  /// another caller's attempt to succeed, and is never chosen to run one.
+  case awaiting
   /// Its attempt runs; it waits for that attempt's result.
   case running
   /// Told how its wait ended. Never changes again.
@@ -162,26 +181,37 @@ struct FlightMachine<Callers: FlightCallers> {
     running = owner
   }
 
-  /// Whether callers that queued have a runner, a hop on its way, or a finished flight.
+  /// Whether callers that queued an attempt have a runner, a hop on its way, or a finished
+  /// flight. Callers that wait without an attempt need none of them: with no attempt queued,
+  /// nothing can end their wait but a caller that brings one.
   var invariantHolds: Bool {
-    outcome != nil || callers.isEmpty || runner != nil || hopIsOnItsWay
+    outcome != nil || runner != nil || hopIsOnItsWay || !hasQueuedAttempt
+  }
+
+  /// Whether a caller's attempt is queued, not started yet.
+  var hasQueuedAttempt: Bool {
+    callers.first { callers.phase(of: $0) == .queued } != nil
   }
 
   /// A caller arrives: `thread` is its thread (`nil` for a task or a completion handler, which
-  /// never run an attempt where they are), `inMainContext` whether it holds the main queue, and
+  /// never run an attempt where they are), `inMainContext` whether it holds the main queue,
   /// `isCancelled` whether it is a task cancelled already (its cancellation handler, if it ran
-  /// first, found nothing to take out of the queue).
+  /// first, found nothing to take out of the queue), and `bringsAttempt` whether it brings an
+  /// attempt (a wait that never initializes does not: it never sends a hop, and in main context
+  /// it drives the attempts already queued, if any, and then serves the main queue while it
+  /// waits, `.drive(first: nil)` when none is).
   mutating func arrive(
-    _ caller: Caller, on thread: Thread?, inMainContext: Bool, isCancelled: Bool = false
+    _ caller: Caller, on thread: Thread?, inMainContext: Bool, isCancelled: Bool = false,
+    bringsAttempt: Bool = true
   ) -> Arrival<Caller, Thread> {
     if isCancelled {
       callers.setPhase(.resolved, of: caller)
       return .cancelled
     }
     if let runner, let thread, runner == thread { return .reentrant }
-    callers.setPhase(.queued, of: caller)
+    callers.setPhase(bringsAttempt ? .queued : .awaiting, of: caller)
     callers.append(caller)
-    guard inMainContext, let thread else { return .wait(sendsHop: claimHop()) }
+    guard inMainContext, let thread else { return .wait(sendsHop: bringsAttempt && claimHop()) }
     if let runner { return .runByAnotherThread(runner) }
     return .drive(first: startNextAttempt(on: thread))
   }
@@ -205,8 +235,8 @@ struct FlightMachine<Callers: FlightCallers> {
   }
 
   /// Makes `thread` the runner and returns the first queued caller, whose attempt it runs next;
-  /// `nil`, and no runner, once nobody is left (a success leaves nobody: it resolves everyone,
-  /// and a caller that comes later finds the cell finished before it can queue).
+  /// `nil`, and no runner, once no attempt is queued (a success leaves nobody: it resolves
+  /// everyone, and a caller that comes later finds the cell finished before it can queue).
   mutating func startNextAttempt(on thread: Thread) -> Caller? {
     guard let owner = callers.first(where: { callers.phase(of: $0) == .queued }) else {
       runner = nil
@@ -249,7 +279,8 @@ struct FlightMachine<Callers: FlightCallers> {
   /// A queued task's caller was cancelled: it leaves the queue unless its attempt has started
   /// or it is resolved already. (A task cancelled before it queued is told so when it arrives.)
   mutating func cancel(_ caller: Caller, resolve: (Caller, Verdict) -> Void) {
-    guard callers.phase(of: caller) == .queued else { return }
+    let phase = callers.phase(of: caller)
+    guard phase == .queued || phase == .awaiting else { return }
     callers.remove(caller)
     callers.setPhase(.resolved, of: caller)
     resolve(caller, .cancelled)

@@ -1,4 +1,5 @@
 internal import Dispatch
+internal import Synchronization
 internal import _CMainOnceShims
 
 /// The slow path of every API that runs work once on the main queue: who runs an attempt, who
@@ -111,15 +112,86 @@ enum MainQueueEngine {
     }
   }
 
+  // MARK: - Waiting without an attempt
+
+  private enum WaitStep {
+    case done
+    case park
+    case serve(Flight, first: Waiter?)
+    case reentrant(CallSite?)
+  }
+
+  /// Blocks until `cell` is done, bringing no attempt: it never initializes. Outside main
+  /// context the thread parks, as a blocking caller does. In main context, where no hop can run
+  /// while it blocks, it runs the attempts queued already, then serves the main queue until
+  /// `cell` is done (``serve(until:on:parking:)``).
+  static func wait(for cell: OnceCell, site: CallSite) {
+    let thread = ThreadRecord.current(at: site)
+    let inMainContext = MainContext.isCurrent(on: thread)
+    // A parking of its own: a serving wait is also woken by hops, and a wake that comes after
+    // it has returned must not reach the thread's next wait.
+    let parking = Parking()
+    let waiter = Waiter(
+      waitingAt: site, label: cell.label, kind: .thread(parking, thread.id),
+      servesMainQueue: inMainContext, storage: cell.word)
+    let step = OnceCell.withLock { held -> WaitStep in
+      guard case .inFlight(let flight) = cell.phase(holding: held) else { return .done }
+      switch flight.arrive(waiter, on: thread.id, inMainContext: inMainContext, holding: held) {
+      case .reentrant: return .reentrant(flight.runner(holding: held)!.site)
+      case .drive(let first): return .serve(flight, first: first)
+      case .wait: return .park
+      case .runByAnotherThread(let runner):
+        Diagnostics.internalInconsistency(
+          "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
+      case .cancelled:
+        Diagnostics.internalInconsistency("a blocking wait arrived cancelled")
+      }
+    }
+    switch step {
+    case .done: return
+    case .reentrant(let runnerSite):
+      reenter(cell, site: site, runnerSite: runnerSite, on: thread)
+    case .park:
+      park(waiter, on: thread, parking: parking)
+    case .serve(let flight, let first):
+      drive(flight, from: first, on: thread)
+      serve(until: waiter, on: thread, parking: parking)
+    }
+  }
+
+  /// Serves the main queue from a wait that blocks it, until `waiter` is resolved: runs the
+  /// attempts queued for the main queue, of every cell, whose hops cannot run meanwhile, and
+  /// parks between them. Each hop sent while it waits wakes it (``Flight/serve(with:holding:)``);
+  /// the hop, when it runs later, finds nothing to do.
+  private static func serve(until waiter: Waiter, on thread: ThreadRecord, parking: Parking) {
+    let outer = OnceCell.withLock { Flight.serve(with: parking, holding: $0) }
+    defer { _ = OnceCell.withLock { Flight.serve(with: outer, holding: $0) } }
+    while !waiter.isResolved.load(ordering: .acquiring) {
+      // A hop sent from here on wakes the park below, if this finds nothing.
+      Servicing.runQueuedAttempts(on: thread)
+      if waiter.isResolved.load(ordering: .acquiring) { return }
+      park(waiter, on: thread, parking: parking)
+    }
+  }
+
   // MARK: - Callers that do not block
 
   /// Queues `attempt` for `cell` and suspends until the cell is done, the attempt has run, or the
-  /// task is cancelled before the attempt started. The caller is not in main context.
+  /// task is cancelled before the attempt started. The caller is not in main context. With no
+  /// `attempt`, a wait that never initializes: it suspends until the cell is done or the task
+  /// is cancelled.
   ///
   /// A done cell returns, cancelled or not: the phase is asked before the cancellation.
-  static func suspend(_ cell: OnceCell, site: CallSite, attempt: @escaping Attempt) async throws {
-    let waiter = Waiter(
-      site: site, label: cell.label, kind: .task(nil), attempt: attempt, storage: cell.word)
+  static func suspend(_ cell: OnceCell, site: CallSite, attempt: Attempt?) async throws {
+    let waiter =
+      if let attempt {
+        Waiter(
+          site: site, label: cell.label, kind: .task(nil), attempt: attempt, storage: cell.word)
+      } else {
+        Waiter(
+          waitingAt: site, label: cell.label, kind: .task(nil), servesMainQueue: false,
+          storage: cell.word)
+      }
     let resolution = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
         let (now, flight, hop, times) = OnceCell.withLock {
@@ -159,6 +231,18 @@ enum MainQueueEngine {
     case .done: return
     case .failed(let error): throw error
     case .cancelled: throw CancellationError()
+    }
+  }
+
+  /// Suspends until `cell` is done or the task is cancelled, bringing no attempt: a wait that
+  /// never initializes.
+  static func suspend(waitingFor cell: OnceCell, site: CallSite) async throws(CancellationError) {
+    do {
+      try await suspend(cell, site: site, attempt: nil)
+    } catch is CancellationError {
+      throw CancellationError()
+    } catch {
+      Diagnostics.internalInconsistency("a wait without an attempt was told one failed")
     }
   }
 

@@ -22,17 +22,27 @@ extension Flight: StallSubject {
       let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
         switch waiter.kind {
         case .thread(_, let thread):
-          .init(kind: .thread, thread: thread, site: waiter.site, since: waiter.since)
-        case .task: .init(kind: .task, thread: nil, site: waiter.site, since: waiter.since)
-        case .handler: .init(kind: .handler, thread: nil, site: waiter.site, since: waiter.since)
+          .init(
+            kind: .thread, thread: thread, site: waiter.site, since: waiter.since,
+            bringsAttempt: waiter.bringsAttempt)
+        case .task:
+          .init(
+            kind: .task, thread: nil, site: waiter.site, since: waiter.since,
+            bringsAttempt: waiter.bringsAttempt)
+        case .handler:
+          .init(
+            kind: .handler, thread: nil, site: waiter.site, since: waiter.since,
+            bringsAttempt: true)
         case .inPlace: nil
         }
       }
       let obstacle: StallSnapshot.Obstacle =
         if let runner = runner(holding: held) {
           .runner(runner.thread, since: runner.since)
-        } else {
+        } else if hasQueuedAttempt(holding: held) {
           .mainQueue
+        } else {
+          .noAttempt
         }
       return StallSnapshot(callers: callers, obstacle: obstacle)
     }
@@ -65,9 +75,9 @@ extension Waiter: BlockingWait {
     return thread
   }
   var proof: WaitProof { .structural }
-  // A caller in main context runs the flight itself, and never parks.
-  var holdsMainQueue: Bool { false }
-  var servesMainQueue: Bool { false }
+  // A caller in main context that brings an attempt runs the flight itself, and never parks; a
+  // wait without one parks there, and runs what is queued for the main queue meanwhile.
+  var holdsMainQueue: Bool { servesMainQueue }
   var isOver: Bool { isResolved.load(ordering: .acquiring) }
 
   func blockers() -> Blockers {
@@ -80,7 +90,9 @@ extension Waiter: BlockingWait {
       if let runner = flight.runner(holding: held) {
         return .thread(runner.thread, reason: ", which runs it")
       }
-      return .mainQueue
+      // A wait that never initializes, with no attempt queued, waits for a caller to bring
+      // one: nobody MainOnce knows of. Its stall is reported.
+      return flight.hasQueuedAttempt(holding: held) ? .mainQueue : .none
     }
   }
 
@@ -88,7 +100,11 @@ extension Waiter: BlockingWait {
     OnceCell.withLock { flight(holding: $0)?.epoch.load(ordering: .acquiring) ?? 0 }
   }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
-  var call: String { label.hasCallSites ? "\(label.operation) at \(site)" : "\(label.operation)" }
+  var call: String {
+    // A wait passes its call site, a lazy value's `value` cannot.
+    guard bringsAttempt else { return "\(label.waitOperation) at \(site)" }
+    return label.hasCallSites ? "\(label.operation) at \(site)" : "\(label.operation)"
+  }
   var waitsFor: String { label.waitedFor }
   var stallSubject: (any StallSubject)? { OnceCell.withLock { flight(holding: $0) } }
 }

@@ -1,0 +1,88 @@
+extension MainLazy where Value: Sendable {
+  /// Blocks until the value is built, and returns it, without building it: it never runs the
+  /// builder.
+  ///
+  /// For a reader that must not start the build, waiting for one that does:
+  ///
+  /// ```swift
+  /// func recordWhenOpen() {  // any thread; never opens the database itself
+  ///   let database = Stores.database.wait()  // returns once a read has built it
+  ///   database.record("opened")
+  /// }
+  /// ```
+  ///
+  /// It returns once a build has returned a value; a build that throws does not end the wait.
+  /// Everything the builder wrote happens before this call returns.
+  ///
+  /// - **Built:** returns at once: one acquiring load and one load, inlined.
+  /// - **Outside main context:** the thread parks until the value is built. It sends no hop.
+  /// - **In main context**, where a hop to the main queue cannot run while the wait blocks it:
+  ///   the wait runs the builds and initializers queued for the main queue itself, those queued
+  ///   already and those that arrive while it waits, until the value is built.
+  ///
+  /// - Warning: Nothing but a read that builds ends the wait: if none ever comes, it waits for
+  ///   ever, and MainOnce reports it as a stall once it has lasted the stall timeout. Called from
+  ///   inside the value's own builder, it stops the process with a message. A wait outside main
+  ///   context deadlocks if the build that would end it waits for this thread; MainOnce stops
+  ///   that cycle when every wait in it is one it performs. It is unavailable in `async` code,
+  ///   where it would block a thread of the cooperative pool: use `try await wait()` there.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  /// - Returns: The value a build returned.
+  @available(
+    *, noasync, message: "blocks the thread until the value is built; use 'try await wait()'"
+  )
+  @inlinable
+  public func wait(file: StaticString = #fileID, line: UInt = #line) -> Value {
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+    }
+    return _waitSlowPath(CallSite(file: file, line: line)).pointee
+  }
+
+  /// Suspends until the value is built, and returns it, without building it: it never runs the
+  /// builder.
+  ///
+  /// It returns once a build has returned a value; a build that throws does not end the wait.
+  /// Everything the builder wrote happens before this call returns. It runs on the caller's
+  /// actor (`nonisolated(nonsending)`); once built, it returns at once, with one acquiring load
+  /// and one load, inlined, cancelled or not. It never blocks a thread, so it cannot deadlock
+  /// on the main queue; if no read ever builds the value, MainOnce reports the wait as a stall
+  /// once it has lasted the stall timeout.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  /// - Returns: The value a build returned.
+  /// - Throws: `CancellationError` if the task is cancelled before the value is built.
+  @inlinable
+  public nonisolated(nonsending) func wait(
+    file: StaticString = #fileID, line: UInt = #line
+  ) async throws(CancellationError) -> Value {
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+    }
+    return try await _awaitSlowPath(CallSite(file: file, line: line)).pointee
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _waitSlowPath(_ site: CallSite) -> UnsafePointer<Value> {
+    MainQueueEngine.wait(for: cell, site: site)
+    return UnsafePointer(bitPattern: _storage.value).unsafelyUnwrapped
+  }
+
+  @usableFromInline
+  @inline(never)
+  nonisolated(nonsending) func _awaitSlowPath(
+    _ site: CallSite
+  ) async throws(CancellationError) -> UnsafePointer<Value> {
+    // The lazy value stays borrowed until this returns, also while suspended.
+    try await MainQueueEngine.suspend(waitingFor: cell, site: site)
+    return UnsafePointer(bitPattern: _storage.value).unsafelyUnwrapped
+  }
+}

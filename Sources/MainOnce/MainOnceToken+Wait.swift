@@ -1,0 +1,93 @@
+extension MainOnceToken {
+  /// Blocks until the token is done, without bringing an initializer: it never runs one.
+  ///
+  /// For a consumer that must not initialize, waiting for a producer that does, as Rust's
+  /// `Once::wait`:
+  ///
+  /// ```swift
+  /// func startAudio() {  // the producer, any thread
+  ///   onceOnMain(token: AudioEngine.setupToken) { configureAudio() }
+  /// }
+  ///
+  /// func mixInBackground() {  // a consumer, another thread
+  ///   AudioEngine.setupToken.wait()  // returns once startAudio()'s initializer has run
+  ///   log("audio is set up")
+  /// }
+  /// ```
+  ///
+  /// It returns once an initializer run for the token has returned normally; an initializer
+  /// that throws does not end the wait. Everything that initializer wrote happens before this
+  /// call returns.
+  ///
+  /// - **Token done:** returns at once: one acquiring load, inlined.
+  /// - **Outside main context:** the thread parks until the token is done. It sends no hop.
+  /// - **In main context**, where a hop to the main queue cannot run while the wait blocks it:
+  ///   the wait runs the initializers queued for the main queue itself, of any token or lazy
+  ///   value, those queued already and those that arrive while it waits, until this token is
+  ///   done.
+  ///
+  /// - Warning: Nothing but a caller that brings an initializer ends the wait: if none ever
+  ///   calls, it waits for ever, and MainOnce reports it as a stall once it has lasted the stall
+  ///   timeout. Called from inside the token's own initializer, the wait stops the process with
+  ///   a message: it could never end. A wait outside main context deadlocks if the initializer
+  ///   that would end it waits for this thread; MainOnce stops that cycle when every wait in it
+  ///   is one it performs (see *Deadlocks: what MainOnce proves and what it reports*). It is
+  ///   unavailable in `async` code, where it would block a thread of the cooperative pool: use
+  ///   `try await wait()` there, which suspends instead.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  @available(
+    *, noasync, message: "blocks the thread until the token is done; use 'try await wait()'"
+  )
+  @inlinable
+  public func wait(file: StaticString = #fileID, line: UInt = #line) {
+    if _fastPath(_isDone) { return }
+    _waitSlowPath(CallSite(file: file, line: line))
+  }
+
+  /// Suspends until the token is done, without bringing an initializer: it never runs one.
+  ///
+  /// ```swift
+  /// func mixWhenReady() async throws {  // any task
+  ///   try await AudioEngine.setupToken.wait()
+  ///   log("audio is set up")
+  /// }
+  /// ```
+  ///
+  /// It returns once an initializer run for the token has returned normally; an initializer
+  /// that throws does not end the wait. Everything that initializer wrote happens before this
+  /// call returns. It runs on the caller's actor (`nonisolated(nonsending)`). A done token
+  /// returns at once, with one acquiring load, inlined, cancelled or not.
+  ///
+  /// It never blocks a thread, so it cannot deadlock on the main queue; on the main actor it
+  /// suspends, and lets the main queue run the initializer it waits for. Nothing but a caller
+  /// that brings an initializer ends the wait: if none calls, MainOnce reports it as a stall
+  /// once it has lasted the stall timeout.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  /// - Throws: `CancellationError` if the task is cancelled before the token is done.
+  @inlinable
+  public nonisolated(nonsending) func wait(
+    file: StaticString = #fileID, line: UInt = #line
+  ) async throws(CancellationError) {
+    if _fastPath(_isDone) { return }
+    try await _awaitSlowPath(CallSite(file: file, line: line))
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _waitSlowPath(_ site: CallSite) {
+    MainQueueEngine.wait(for: cell, site: site)
+  }
+
+  @usableFromInline
+  @inline(never)
+  nonisolated(nonsending) func _awaitSlowPath(_ site: CallSite) async throws(CancellationError) {
+    // The token stays borrowed until this returns, also while suspended.
+    try await MainQueueEngine.suspend(waitingFor: cell, site: site)
+  }
+}
