@@ -129,10 +129,66 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     .asyncLazy(valueType: TypeName(Value.self), declaration: declaration)
   }
 
+  /// Suspends until the value is built, and returns it, without building it: it never runs the
+  /// builder.
+  ///
+  /// For a task that must not start the build, waiting for one that does:
+  ///
+  /// ```swift
+  /// func resumeWhenRestored() async throws {  // any task; never restores the session itself
+  ///   let session = try await Sessions.current.wait()
+  ///   session.start()
+  /// }
+  /// ```
+  ///
+  /// It returns once a build has returned a value; a build that throws does not end the wait.
+  /// Everything the builder wrote happens before this call returns. Once built, it returns at
+  /// once, with one acquiring load and one load, inlined, cancelled or not. It never blocks a
+  /// thread. Awaited from inside the value's own build (its task, or a child task the build
+  /// waits for), it stops the process with a message, as an await of ``value`` does there; if
+  /// no caller ever builds the value, MainOnce reports the wait as a stall once it has lasted
+  /// the stall timeout.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  /// - Returns: The value a build returned.
+  /// - Throws: `CancellationError` if the task is cancelled before the value is built.
+  @inlinable
+  public func wait(
+    file: StaticString = #fileID, line: UInt = #line
+  ) async throws(CancellationError) -> Value {
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+    }
+    return try await _waitSlowPath(CallSite(file: file, line: line))
+  }
+
   @usableFromInline
   @inline(never)
   func _buildOrJoin() async throws -> Value {
-    let caller = AsyncBuild.Caller(insideBuild: AsyncBuild.Marker.current?.build)
+    try await join(at: declaration, bringsBuild: true)
+  }
+
+  @usableFromInline
+  @inline(never)
+  func _waitSlowPath(_ site: CallSite) async throws(CancellationError) -> Value {
+    do {
+      return try await join(at: site, bringsBuild: false)
+    } catch is CancellationError {
+      throw CancellationError()
+    } catch {
+      Diagnostics.internalInconsistency("a wait for an AsyncMainLazy was told a build failed")
+    }
+  }
+
+  /// Joins the build in flight, starting one if `bringsBuild` and none is; a wait that never
+  /// builds joins a build that has not started yet (a subject for its stall report), which the
+  /// first caller that builds starts.
+  private func join(at site: CallSite, bringsBuild: Bool) async throws -> Value {
+    let caller = AsyncBuild.Caller(
+      insideBuild: AsyncBuild.Marker.current?.build, site: site, bringsBuild: bringsBuild)
     let outcome = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
         let (now, joined, starts, times) = AsyncBuild.lock.withLock {
@@ -141,10 +197,10 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           caller.continuation = continuation
           guard
             case .joins(let starts) = current.machine.arrive(
-              caller, isCancelled: caller.isCancelled)
+              caller, isCancelled: caller.isCancelled, bringsBuild: bringsBuild)
           else { return (.cancelled, nil, false, false) }
-          if starts { current.build = AsyncBuild(label: label, slot: current) }
-          let build = current.build!
+          let build = current.build ?? AsyncBuild(label: label, slot: current)
+          current.build = build
           if caller.awaitsItsOwnBuild(build) {
             Diagnostics.reentrance(label, firstCall: declaration, secondCall: declaration)
           }
@@ -162,7 +218,14 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           return nil
         }
         // Nobody is left to watch for: the next caller starts a timer again.
-        if current.machine.callers.isEmpty { build.isTimed = false }
+        if current.machine.callers.isEmpty {
+          build.isTimed = false
+          // A build nobody started, made for waits that never build, is over when they leave.
+          if !current.machine.isBuilding {
+            current.build = nil
+            build.isOver = true
+          }
+        }
         return build
       }
       guard let build else { return }
@@ -209,6 +272,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   private func runBuilder(_ build: AsyncBuild) async throws -> Value {
     let builder = AsyncBuild.lock.withLock {
       build.hasStarted = true
+      build.startedAt = Platform.monotonicNanoseconds()
       return self.builder.build
     }
     // A build starts only while the value is not published, and `finish` releases the builder
@@ -225,16 +289,27 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   private func finish(_ build: AsyncBuild, built: Result<UInt, any Error>) {
     let storage = _storage.address
     var released: (@MainActor @Sendable () async throws -> Value)?
+    var next: AsyncBuild?
     let callers = AsyncBuild.lock.withLock { () -> [AsyncBuild.Caller] in
+      var succeeded = false
       if case .success(let built) = built {
         storage.pointee.word.store(built, ordering: .releasing)
         // Released after the lock: a captured object's deinit may do anything.
         swap(&released, &builder.build)
+        succeeded = true
       }
       current.build = nil
       build.isOver = true
       build.task = nil
-      return current.machine.buildEnded()
+      let answered = current.machine.buildEnded(succeeded: succeeded) { $0.bringsBuild }
+      // Waits that never build outlive a build that threw: they wait for the next one, in a
+      // build nobody has started yet.
+      if !current.machine.callers.isEmpty {
+        next = AsyncBuild(label: label, slot: current)
+        next!.isTimed = true
+        current.build = next
+      }
+      return answered
     }
     released = nil
     let outcome: AsyncBuild.Outcome =
@@ -243,14 +318,15 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       case .failure(let error): .failed(error)
       }
     build.reportEndIfReported(finished: true)
+    next?.startStallTimer()
     for caller in callers { caller.continuation?.resume(returning: outcome) }
   }
 }
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
-  // This is safe because `hasStarted`, `isOver`, `reportedSince`, `isTimed` and `task` are
-  // only read and written under `lock`.
+  // This is safe because `hasStarted`, `startedAt`, `isOver`, `reportedSince`, `isTimed` and
+  // `task` are only read and written under `lock`.
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
   /// on the slow path, for a few instructions at a time.
@@ -299,6 +375,10 @@ final class AsyncBuild: @unchecked Sendable {
     // the continuation, which is resumed once, after the caller was taken out of the build under
     // the lock.
     let since = Platform.monotonicNanoseconds()
+    /// Where the caller awaits, and whether it brought a build (`false`: a wait that never
+    /// builds).
+    let site: CallSite
+    let bringsBuild: Bool
     /// The build the caller's task was started inside, if any.
     let insideBuild: AsyncBuild?
     /// Whether the caller's task prefers `insideBuild`'s executor, which only the build's task
@@ -307,7 +387,9 @@ final class AsyncBuild: @unchecked Sendable {
     var continuation: UnsafeContinuation<Outcome, Never>?
     var isCancelled = false
 
-    init(insideBuild: AsyncBuild?) {
+    init(insideBuild: AsyncBuild?, site: CallSite, bringsBuild: Bool) {
+      self.site = site
+      self.bringsBuild = bringsBuild
       self.insideBuild = insideBuild
       prefersBuildExecutor =
         insideBuild.map { build in
@@ -338,10 +420,12 @@ final class AsyncBuild: @unchecked Sendable {
   /// The build's own task while it runs; guarded by ``lock``. Compared with the current task
   /// only, while the build is not over: the task is alive until it ends the build.
   var task: UnsafeCurrentTask?
-  let since = Platform.monotonicNanoseconds()
+  /// When the build reached the main actor; guarded by ``lock``.
+  var startedAt: UInt64 = 0
   /// The lazy value's state, whose callers wait for this build until it is over.
   let slot: Slot
-  /// Set once the build runs on the main actor; until then it waits for the main queue.
+  /// Set once the build runs on the main actor; until then it waits for the main queue, or,
+  /// while only waits that never build wait, for a caller that builds.
   var hasStarted = false
   var isOver = false
   /// When the oldest caller had begun to wait, once a stall report about the build was
@@ -388,9 +472,11 @@ extension AsyncBuild: StallSubject {
       guard !isOver else { return nil }
       var snapshot = StallSnapshot(
         callers: callers.map {
-          .init(kind: .task, thread: nil, site: label.attribution!, since: $0.since)
+          .init(
+            kind: .task, thread: nil, site: $0.site, since: $0.since, bringsAttempt: $0.bringsBuild)
         },
-        obstacle: hasStarted ? .builder(since: since) : .mainQueue)
+        obstacle: hasStarted
+          ? .builder(since: startedAt) : slot.machine.isBuilding ? .mainQueue : .noAttempt)
       let startedInside = callers.filter { $0.wasStartedInside(self) }.count
       if startedInside > 0 {
         snapshot.notes.append(

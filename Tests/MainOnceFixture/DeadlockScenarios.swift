@@ -91,6 +91,8 @@ enum DeadlockScenario: String, CaseIterable {
   case waitCycle
   /// A thread waits 2.5 s for a token nobody initializes; then the main thread initializes it.
   case waitWithoutInitializer
+  /// A task waits 2.5 s for an `AsyncMainLazy` nobody builds; then another task builds it.
+  case asyncLazyWaitWithoutBuild
 
   enum Tokens {
     static let token = MainOnceToken("deadlock scenario")
@@ -394,6 +396,13 @@ enum DeadlockScenario: String, CaseIterable {
       }.start()
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
       onceOnMain(token: Tokens.token) { initialized.store(true, ordering: .relaxed) }
+    case .asyncLazyWaitWithoutBuild:
+      Task.detached {
+        let value = try await Tokens.lazy.wait()
+        verdict(value == 42, "the wait ended")
+      }
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
+      Task.detached { _ = try await Tokens.lazy.value }
     case .nestedSyncWithoutIntrospection:
       DeadlockDetection.reportHandler = { report in
         FileHandle.standardError.write(Data((report.text + "\n").utf8))

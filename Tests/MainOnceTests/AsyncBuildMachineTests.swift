@@ -15,9 +15,19 @@ struct AsyncBuildMachineTests {
     #expect(exploration.states >= callers * 3)
   }
 
+  @Test(
+    "callers that build and waits that never do, mixed, every interleaving",
+    arguments: [(1, 1), (1, 2), (2, 1), (2, 2), (0, 2), (3, 1)])
+  func waitsThatNeverBuild(callers: Int, waiters: Int) {
+    let exploration = AsyncBuildModel.explore(callers: callers, waiters: waiters)
+    #expect(exploration.violations == [], "\(callers) callers, \(waiters) waiters")
+    #expect(exploration.states >= (callers + waiters) * 2)
+  }
+
   @Test("the table in the source is the transitions the machine makes")
   func tableIsTheMachinesTransitions() throws {
     let observed = AsyncBuildModel.explore(callers: 3).transitions
+      .union(AsyncBuildModel.explore(callers: 2, waiters: 2).transitions)
     let source = try packageFile("Sources/MainOnce/Internal/AsyncBuildMachine.swift")
     let inSource = Model.Transition.rows(in: source, linePrefix: "// ")
     #expect(inSource == observed, "missing: \(observed.subtracting(inSource))")
@@ -36,21 +46,28 @@ enum AsyncBuildModel {
     var buildsStarted = 0
   }
 
-  static func explore(callers: Int) -> Exploration {
-    MainOnceTests.explore(
+  /// Explores `callers` that build and, after them, `waiters` that never do.
+  static func explore(callers builders: Int, waiters: Int = 0) -> Exploration {
+    let callers = builders + waiters
+    let bringsBuild = { (caller: Int) in caller < builders }
+    return MainOnceTests.explore(
       from: World(), limit: 100_000,
       successors: { world in
         var next: [Step] = []
-        // Callers are alike until they arrive: they arrive in their order.
-        if let caller = (0..<callers).first(where: { !world.arrived[$0] }) {
-          next.append(Step(world).arrive(caller))
+        // Callers of a kind are alike until they arrive: they arrive in their order.
+        for kind in [true, false] {
+          if let caller = (0..<callers).first(where: {
+            bringsBuild($0) == kind && !world.arrived[$0]
+          }) {
+            next.append(Step(world).arrive(caller, bringsBuild: kind))
+          }
         }
         for caller in 0..<callers where world.answers[caller] == nil && !world.cancelled[caller] {
           next.append(Step(world).cancel(caller))
         }
         if world.machine.isBuilding {
-          next.append(Step(world).buildEnds(succeeds: true))
-          next.append(Step(world).buildEnds(succeeds: false))
+          next.append(Step(world).buildEnds(succeeds: true, bringsBuild: bringsBuild))
+          next.append(Step(world).buildEnds(succeeds: false, bringsBuild: bringsBuild))
         }
         return next.map { step in
           Successor(
@@ -59,13 +76,21 @@ enum AsyncBuildModel {
         }
       },
       phase: phase(of:),
+      // A wait that never builds may wait for ever when no build succeeds and its task is not
+      // cancelled. Every other caller is answered.
       unanswered: { world in
-        (0..<callers).filter { world.answers[$0] == nil }.map { "caller \($0) is never answered" }
+        (0..<callers).filter { caller in
+          world.answers[caller] == nil
+            && (bringsBuild(caller) || world.isBuilt || world.cancelled[caller])
+        }
+        .map { "caller \($0) is never answered" }
       })
   }
 
   static func phase(of world: World) -> String {
-    world.isBuilt ? "built" : world.machine.isBuilding ? "building" : "fresh"
+    if world.isBuilt { return "built" }
+    if world.machine.isBuilding { return "building" }
+    return world.machine.callers.isEmpty ? "fresh" : "awaited"
   }
 
   /// One event, as `AsyncMainLazy` performs it under its lock, with every check.
@@ -82,22 +107,28 @@ enum AsyncBuildModel {
       world.answers[caller] = verdict
     }
 
-    func arrive(_ caller: Int) -> Step {
+    func arrive(_ caller: Int, bringsBuild: Bool) -> Step {
       var step = self
       step.world.arrived[caller] = true
-      step.event = step.world.cancelled[caller] ? "a cancelled caller arrives" : "a caller arrives"
+      let who = bringsBuild ? "caller" : "waiter"
+      step.event = step.world.cancelled[caller] ? "a cancelled \(who) arrives" : "a \(who) arrives"
       guard !step.world.isBuilt else {
         step.answer(caller, .done)
         return step
       }
       let wasBuilding = step.world.machine.isBuilding
-      switch step.world.machine.arrive(caller, isCancelled: step.world.cancelled[caller]) {
+      switch step.world.machine.arrive(
+        caller, isCancelled: step.world.cancelled[caller], bringsBuild: bringsBuild)
+      {
       case .cancelled:
         if !step.world.cancelled[caller] { step.violations.append("told cancelled, but was not") }
         step.answer(caller, .cancelled)
       case .joins(let startsBuild):
         if step.world.cancelled[caller] { step.violations.append("joined though cancelled") }
-        if startsBuild == wasBuilding { step.violations.append("a second build, or none") }
+        if bringsBuild, startsBuild == wasBuilding {
+          step.violations.append("a second build, or none")
+        }
+        if !bringsBuild, startsBuild { step.violations.append("a waiter started a build") }
         if startsBuild { step.world.buildsStarted += 1 }
       }
       return step
@@ -114,7 +145,7 @@ enum AsyncBuildModel {
       return step
     }
 
-    func buildEnds(succeeds: Bool) -> Step {
+    func buildEnds(succeeds: Bool, bringsBuild: (Int) -> Bool) -> Step {
       var step = self
       step.event = succeeds ? "the build succeeds" : "the build throws"
       if succeeds {
@@ -122,7 +153,10 @@ enum AsyncBuildModel {
         step.world.isBuilt = true
         if step.world.successes > 1 { step.violations.append("two builds succeeded") }
       }
-      for caller in step.world.machine.buildEnded() {
+      for caller in step.world.machine.buildEnded(succeeded: succeeds, bringsBuild: bringsBuild) {
+        if !succeeds, !bringsBuild(caller) {
+          step.violations.append("waiter \(caller) was told of a failed build")
+        }
         step.answer(caller, succeeds ? .done : .failed)
       }
       if step.world.machine.isBuilding { step.violations.append("a build is left in flight") }

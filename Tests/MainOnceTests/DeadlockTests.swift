@@ -269,16 +269,28 @@ struct DeadlockTests {
       edges.contains { $0.contains("waits for work \"loader\" in DispatchSemaphore.wait(for:)") })
   }
 
-  @Test("a wait for a token nobody initializes is reported as a stall, and ends when one does")
-  func waitWithoutInitializer() async throws {
-    let outcome = try await run("waitWithoutInitializer")
+  @Test(
+    "a wait for a value nobody initializes is reported as a stall, and ends when one does",
+    arguments: [
+      (
+        "waitWithoutInitializer", "in MainOnceToken.wait() at ", "the initializer",
+        "onceOnMain(token:)"
+      ),
+      (
+        "asyncLazyWaitWithoutBuild", "in await AsyncMainLazy.wait() at ", "the builder",
+        "AsyncMainLazy.value"
+      ),
+    ])
+  func waitWithoutInitializer(
+    _ scenario: String, _ call: String, _ work: String, _ operation: String
+  ) async throws {
+    let outcome = try await run(scenario)
     #expect(outcome.verdict == "PASS the wait ended", "\(outcome.standardError)")
     let report = try #require(stallReport(in: outcome.standardError), "\(outcome.standardError)")
     #expect(
-      report.text.contains(
-        "in MainOnceToken.wait() at MainOnceFixture/DeadlockScenarios.swift:"), "\(report.text)")
-    #expect(report.text.contains("no caller has brought the initializer"), "\(report.text)")
-    #expect(report.text.contains("hint: make sure something calls onceOnMain(token:) for it"))
+      report.text.contains(call + "MainOnceFixture/DeadlockScenarios.swift:"), "\(report.text)")
+    #expect(report.text.contains("no caller has brought \(work)"), "\(report.text)")
+    #expect(report.text.contains("hint: make sure something calls \(operation) for it"))
     #expect(report.waited >= 1.0, "reported after \(report.waited) s")
   }
 

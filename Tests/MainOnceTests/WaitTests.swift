@@ -118,6 +118,30 @@ struct WaitTests {
     #expect(holder.builds.value.load(ordering: .relaxed) == 1)
   }
 
+  @Test(
+    "an AsyncMainLazy's wait outlives a build that threw, returns the next one's value, and never builds"
+  )
+  func asyncLazyWaitNeverBuilds() async throws {
+    let builds = Counter()
+    let lazy = AsyncMainLazy { () throws -> Gauge in
+      let build = builds.value.add(1, ordering: .relaxed).newValue
+      if build == 1 { throw InitializerFailed() }
+      return Gauge(reading: build)
+    }
+    let waiter = Task { try await lazy.wait() }
+    let cancelled = Task { try await lazy.wait() }
+    #expect(await waiters(2, on: "AsyncMainLazy<Gauge>"))
+    cancelled.cancel()
+    await #expect(throws: CancellationError.self) { try await cancelled.value }
+    #expect(builds.value.load(ordering: .relaxed) == 0)
+    await #expect(throws: InitializerFailed.self) { try await lazy.value }
+    #expect(await waiters(1, on: "AsyncMainLazy<Gauge>"))
+    let built = try await lazy.value
+    #expect(built == Gauge(reading: 2))
+    #expect(try await waiter.value == built)
+    #expect(builds.value.load(ordering: .relaxed) == 2)
+  }
+
   @Test("a wait in main context runs the initializers queued meanwhile, which no hop could run")
   func mainContextWaitServesTheMainQueue() async {
     await #expect(processExitsWith: .success) {

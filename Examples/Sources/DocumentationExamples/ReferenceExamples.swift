@@ -126,6 +126,11 @@ func resume() async throws {  // any task
   session.start()
 }
 
+func resumeWhenRestored() async throws {  // any task; never restores the session itself
+  let session = try await Sessions.current.wait()
+  session.start()
+}
+
 // MARK: withTrackedWait(for:) and WaitTarget
 
 func rebuildIndex() {
