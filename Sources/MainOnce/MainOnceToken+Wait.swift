@@ -1,3 +1,5 @@
+public import Dispatch
+
 extension MainOnceToken {
   /// Blocks until the token is done, without bringing an initializer: it never runs one.
   ///
@@ -89,5 +91,53 @@ extension MainOnceToken {
   nonisolated(nonsending) func _awaitSlowPath(_ site: CallSite) async throws(CancellationError) {
     // The token stays borrowed until this returns, also while suspended.
     try await MainQueueEngine.suspend(waitingFor: cell, site: site)
+  }
+}
+
+extension MainOnceToken {
+  /// Returns at once; `completion` runs on `completionQueue` once the token is done. Brings no
+  /// initializer: it never runs one.
+  ///
+  /// ```swift
+  /// AudioEngine.setupToken.wait {
+  ///   log("audio is set up")  // on the main queue, once an initializer has run
+  /// }
+  /// ```
+  ///
+  /// For callback-style code that must neither block nor initialize. `completion` is called
+  /// once, asynchronously, also when the token is done already; it runs once an initializer run
+  /// for the token has returned normally (one that throws does not end the wait), after the
+  /// completions of the initializing calls queued before this one. Everything that initializer
+  /// wrote happens before `completion` runs. As with the completion form of
+  /// ``onceOnMain(token:completionQueue:file:line:_:completion:)-60dt3``, the token only has to
+  /// live for the length of this call.
+  ///
+  /// It never blocks a thread, so it cannot deadlock. If no caller ever brings an initializer,
+  /// `completion` never runs, and MainOnce reports the wait as a stall once it has lasted the
+  /// stall timeout.
+  ///
+  /// - Parameters:
+  ///   - completionQueue: Where `completion` runs. Defaults to the main queue.
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  ///   - completion: Called once the token is done.
+  public func wait(
+    completionQueue: DispatchQueue = .main,
+    file: StaticString = #fileID,
+    line: UInt = #line,
+    completion: @escaping @Sendable () -> Void
+  ) {
+    if _isDone { return completionQueue.async(execute: completion) }
+    let waiter = Waiter(
+      waitingAt: CallSite(file: file, line: line), label: cell.label,
+      kind: .handler { resolution in
+        guard case .done = resolution else {
+          Diagnostics.internalInconsistency("a completion-form wait was told an attempt failed")
+        }
+        completionQueue.async(execute: completion)
+      }, servesMainQueue: false, storage: nil)
+    if !MainQueueEngine.enqueue(waiter, for: cell) {
+      completionQueue.async(execute: completion)
+    }
   }
 }

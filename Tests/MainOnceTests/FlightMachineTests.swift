@@ -27,7 +27,7 @@ struct FlightMachineTests {
         return forms + forms + forms
       }
       + [
-        Model.Form.initializing + [.mainWaiting, .workerWaiting, .taskWaiting, .workerWaiting],
+        Model.Form.initializing + [.mainWaiting, .workerWaiting, .taskWaiting, .handlerWaiting],
         [.mainBlocking, .mainBlocking, .workerBlocking, .task, .task, .mainWaiting, .taskWaiting],
       ])
   func largerConfigurations(forms: [Model.Form]) async throws {
@@ -91,6 +91,8 @@ enum Model {
     case workerWaiting
     /// An `await` wait that never initializes: it suspends, and may be cancelled.
     case taskWaiting
+    /// A completion-form wait that never initializes: it leaves a handler and returns.
+    case handlerWaiting
 
     var description: String {
       switch self {
@@ -101,13 +103,14 @@ enum Model {
       case .mainWaiting: "main waiter"
       case .workerWaiting: "worker waiter"
       case .taskWaiting: "task waiter"
+      case .handlerWaiting: "handler waiter"
       }
     }
 
     /// The forms that bring an attempt.
     static let initializing: [Form] = [.mainBlocking, .workerBlocking, .task, .handler]
 
-    var borrowsStorage: Bool { self != .handler }
+    var borrowsStorage: Bool { self != .handler && self != .handlerWaiting }
     var bringsAttempt: Bool { Self.initializing.contains(self) }
     var isInMainContext: Bool { self == .mainBlocking || self == .mainWaiting }
     var isTask: Bool { self == .task || self == .taskWaiting }
@@ -408,7 +411,7 @@ private struct Step {
       switch form {
       case .mainBlocking, .mainWaiting: Model.mainThread
       case .workerBlocking, .workerWaiting: caller + 1
-      case .task, .handler, .taskWaiting: nil
+      case .task, .handler, .taskWaiting, .handlerWaiting: nil
       }
     let isCancelled = world.cancelRequested[caller]
     let runningBefore = world.flight!.running

@@ -93,6 +93,26 @@ struct WaitTests {
     #expect(try await waiter.value)
   }
 
+  @Test("a completion-form wait runs its handler once the token is done, not after a throw")
+  func completionFormWait() async throws {
+    let holder = TokenHolder("completion wait")
+    let handled = DispatchSemaphore(value: 0)
+    let sawDone = Counter()
+    holder.token.wait(completionQueue: .global()) {
+      sawDone.value.store(holder.token.isDone ? 1 : 2, ordering: .relaxed)
+      handled.signal()
+    }
+    #expect(await waiters(1, on: "\"completion wait\""))
+    await #expect(throws: InitializerFailed.self) {
+      try await onceOnMain(token: holder.token) { throw InitializerFailed() }
+    }
+    #expect(callersWaiting { $0.contains("\"completion wait\"") } == 1)
+    try await onceOnMain(token: holder.token) {}
+    let signalled = await onThread { handled.wait(timeout: .now() + TimeScale.seconds(10)) }
+    #expect(signalled == .success)
+    #expect(sawDone.value.load(ordering: .relaxed) == 1)
+  }
+
   @Test("a wait on a done token returns at once, in every form")
   func doneTokenReturnsAtOnce() async throws {
     let holder = TokenHolder("done")
@@ -100,6 +120,10 @@ struct WaitTests {
     let blocked = await onThread { holder.token.wait() }
     #expect(blocked != nil)
     try await holder.token.wait()
+    let handled = DispatchSemaphore(value: 0)
+    holder.token.wait(completionQueue: .global()) { handled.signal() }
+    let signalled = await onThread { handled.wait(timeout: .now() + TimeScale.seconds(10)) }
+    #expect(signalled == .success)
   }
 
   @Test("a lazy value's wait returns the value another read built, and never builds it")

@@ -104,6 +104,12 @@ func mixWhenReady() async throws {  // any task
   log("audio is set up")
 }
 
+func mixLater() {
+  AudioEngine.setupToken.wait {
+    log("audio is set up")  // on the main queue, once an initializer has run
+  }
+}
+
 func recordWhenOpen() {  // any thread; never opens the database itself
   let database = Stores.database.wait()  // returns once a read has built it
   database.record("opened")

@@ -312,11 +312,12 @@ final class Waiter: @unchecked Sendable {
     bringsAttempt = true
   }
 
-  /// A wait that never initializes, for `storage`'s cell: a blocked thread's (`parking`), in
-  /// main context if `servesMainQueue`, or a task's.
+  /// A wait that never initializes, for the cell labelled `label`: a blocked thread's, in main
+  /// context if `servesMainQueue`, a task's, or a completion handler's (which borrows no
+  /// `storage`).
   init(
     waitingAt site: CallSite, label: CellLabel, kind: Kind, servesMainQueue: Bool,
-    storage: UnsafePointer<_OnceWord>
+    storage: UnsafePointer<_OnceWord>?
   ) {
     self.site = site
     self.label = label

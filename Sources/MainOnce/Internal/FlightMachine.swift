@@ -49,7 +49,7 @@
 // | idle     | a caller elsewhere arrives                                                                                                                                  | queued   |
 // | idle     | a caller in main context arrives                                                                                                                            | running  |
 // | awaited  | a task is cancelled                                                                                                                                         | idle     |
-// | awaited  | a waiter elsewhere arrives; a waiter in main context arrives; a cancelled task arrives; a task is cancelled; the hop runs                                   | awaited  |
+// | awaited  | a waiter elsewhere arrives; a waiter in main context arrives; a cancelled task arrives; a task is cancelled; the hop runs; the token is freed               | awaited  |
 // | awaited  | a caller elsewhere arrives                                                                                                                                  | queued   |
 // | awaited  | a caller in main context arrives                                                                                                                            | running  |
 // | queued   | a task is cancelled                                                                                                                                         | idle     |
