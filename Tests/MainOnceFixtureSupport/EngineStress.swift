@@ -9,8 +9,10 @@ import Synchronization
 /// `final class Thing { let token = MainOnceToken() }`), and calls every token from a random mix
 /// of callers: blocking callers on worker threads, main-queue blocks that run the token in place,
 /// async callers (some cancelled at random moments), main-actor async callers (in place), and
-/// completion callers answered on a global queue or on the main queue. About a quarter of the
-/// initializers throw. When every caller has answered, a closing blocking call makes sure each
+/// completion callers answered on a global queue or on the main queue; and waits that never
+/// initialize (blocking on threads of their own, async, some cancelled, completion), with, once
+/// the round's callers have answered, a main-queue block that waits for tokens in main context
+/// and serves the closing calls' hops. About a quarter of the initializers throw. When every caller has answered, a closing blocking call makes sure each
 /// token is done, and the objects are released; the next round's objects reuse their addresses
 /// (the verdict counts how many), while hops left over from the last round may still be queued:
 /// main-queue blocks hold the main queue for random times before and after their in-place calls.
@@ -129,7 +131,10 @@ public enum EngineStress {
 
   enum Kind: String, CaseIterable {
     case blocking, mainInPlace, async, asyncCancelled, mainActorAsync, completionGlobal,
-      completionMain
+      completionMain, waitBlocking, waitAsync, waitAsyncCancelled, waitCompletion, waitMain
+
+    /// Whether the call waits without an initializer: it may wait until the closing calls.
+    var isWait: Bool { rawValue.hasPrefix("wait") }
   }
 
   struct Call {
@@ -164,7 +169,9 @@ public enum EngineStress {
     // Blocking callers count twice: a blocking caller first on a token sends a synchronous hop,
     // which a hop left over from the last round can overtake.
     let kinds: [Kind] =
-      handingOver ? [.async, .asyncCancelled, .completionGlobal] : Kind.allCases + [.blocking]
+      handingOver
+      ? [.async, .asyncCancelled, .completionGlobal]
+      : Kind.allCases.filter { $0 != .waitMain } + [.blocking]
     for token in 0..<tokenCount {
       for _ in 0..<callsPerToken {
         let kind = kinds[Int(random.next() % UInt64(kinds.count))]
@@ -177,10 +184,12 @@ public enum EngineStress {
     let inPlaceCalls = (0..<tokenCount).map {
       Call(token: $0, kind: .mainInPlace, caller: calls.count + $0, throwing: false)
     }
+    // Waits may last until the closing calls: they are counted apart.
     let answered = DispatchGroup()
+    let waited = DispatchGroup()
     for call in calls + (handingOver ? inPlaceCalls : []) {
       log.started(call.kind)
-      answered.enter()
+      (call.kind.isWait ? waited : answered).enter()
     }
 
     /// Records how a caller's call ended and counts the answer.
@@ -200,10 +209,12 @@ public enum EngineStress {
         log.foreignErrors.add(1, ordering: .relaxed)
       }
       log.answered(call.kind)
-      answered.leave()
+      (call.kind.isWait ? waited : answered).leave()
     }
 
     var blockingBuckets = Array(repeating: [Call](), count: workerThreads)
+    // Blocking waits on threads of their own, behind which no initializer waits.
+    var waitBuckets = Array(repeating: [Call](), count: 3)
     var mainBuckets = Array(repeating: [Call](), count: mainBlocks)
     var cancellable: [Task<Void, Never>] = []
     // Main-queue blocks do not wait at the gate: one would hold the main queue while the other
@@ -216,6 +227,8 @@ public enum EngineStress {
         blockingBuckets[Int(random.next() % UInt64(workerThreads))].append(call)
       case .mainInPlace:
         mainBuckets[Int(random.next() % UInt64(mainBlocks))].append(call)
+      case .waitBlocking:
+        waitBuckets[Int(random.next() % UInt64(waitBuckets.count))].append(call)
       default:
         break
       }
@@ -234,6 +247,14 @@ public enum EngineStress {
       Thread {
         gate.arriveAndWait()
         for call in bucket { callBlocking(call) }
+      }.start()
+    }
+    for bucket in waitBuckets {
+      Thread {
+        for call in bucket {
+          owners[call.token].token.wait()
+          finish(call, .success(()))
+        }
       }.start()
     }
     // Each main-queue block holds the main queue a while before its in-place calls, so that
@@ -271,6 +292,14 @@ public enum EngineStress {
       let owner = owners[call.token]
       let tally = tallies[call.token]
       /// An async call, made with the caller's isolation: on the main actor it runs in place.
+      @Sendable func waitAsync() async {
+        do {
+          try await owner.token.wait()
+          finish(call, .success(()))
+        } catch {
+          finish(call, .failure(error))
+        }
+      }
       @Sendable func callAsync(isolation: isolated (any Actor)? = #isolation) async {
         do {
           try await onceOnMain(token: owner.token) {
@@ -282,11 +311,16 @@ public enum EngineStress {
         }
       }
       switch call.kind {
-      case .blocking, .mainInPlace:
+      case .blocking, .mainInPlace, .waitBlocking, .waitMain:
         break
       case .async, .asyncCancelled:
         let task = Task.detached { await callAsync() }
         if call.kind == .asyncCancelled { cancellable.append(task) }
+      case .waitAsync, .waitAsyncCancelled:
+        let task = Task.detached { await waitAsync() }
+        if call.kind == .waitAsyncCancelled { cancellable.append(task) }
+      case .waitCompletion:
+        owner.token.wait(completionQueue: .global()) { finish(call, .success(())) }
       case .mainActorAsync:
         Task { @MainActor in await callAsync() }
       case .completionGlobal, .completionMain:
@@ -321,6 +355,26 @@ public enum EngineStress {
       outcome.unansweredKinds = log.unanswered.filter { $0.value > 0 }
         .map { "\($0.key):\($0.value)" }.sorted().joined(separator: ",")
     }
+    // A main-queue block waits, in main context, for four tokens that may not be done yet: it
+    // serves the closing calls' hops, which cannot run while it blocks the main queue.
+    if !handingOver {
+      let mainWaits = (0..<4).map {
+        Call(
+          token: Int(random.next() % UInt64(tokenCount)), kind: .waitMain,
+          caller: calls.count + tokenCount + $0, throwing: false)
+      }
+      for call in mainWaits {
+        log.started(call.kind)
+        waited.enter()
+      }
+      outcome.calls += mainWaits.count
+      DispatchQueue.main.async {
+        for call in mainWaits {
+          owners[call.token].token.wait()
+          finish(call, .success(()))
+        }
+      }
+    }
     // Make sure every token is done, from a blocking caller off the main queue, bounded.
     let closed = DispatchSemaphore(value: 0)
     Thread {
@@ -336,6 +390,14 @@ public enum EngineStress {
       outcome.timedOut = true
       outcome.unanswered += 1
       outcome.unansweredKinds += (outcome.unansweredKinds.isEmpty ? "" : ",") + "closingCall"
+    }
+    // Every token is done: every wait ends.
+    if waited.wait(timeout: .now() + TimeScale.seconds(15)) != .success {
+      outcome.timedOut = true
+      let pending = log.unanswered.filter { $0.value > 0 }
+      outcome.unanswered += pending.values.reduce(0, +)
+      outcome.unansweredKinds += (outcome.unansweredKinds.isEmpty ? "" : ",")
+        + pending.map { "\($0.key):\($0.value)" }.sorted().joined(separator: ",")
     }
     for tally in tallies {
       let successes = tally.successes.load(ordering: .acquiring)
