@@ -12,10 +12,10 @@ internal import _CMainOnceShims
 /// (the decisions), this file (performing them), `MainContext.swift` and
 /// `Internal/QueueOwnership.swift` (whether the caller holds the main queue) and
 /// `Internal/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
-/// worker under `dispatchMain()`, first use in the process included, counts 18 files and 607
-/// lines in a debug build, 595 in release (Swift 6.3.1): the rest are the lock, the platform's
+/// worker under `dispatchMain()`, first use in the process included, counts 17 files and 617
+/// lines in a debug build, 596 in release (Swift 6.3.1): the rest are the lock, the platform's
 /// clock and thread id, the wait board, labels and settings, and no line of the deadlock
-/// detector or of the tracked waits. A parked caller
+/// detector, of the tracked waits or of the per-object cells. A parked caller
 /// publishes its wait on the `WaitBoard` (a store) and parks for `WaitBoard.grace`; only a wait
 /// that outlives it calls the deadlock detector (`Detector.watch`), and only a flight that the
 /// detector reported calls it again when it ends (`Detector.subjectEnded`).
