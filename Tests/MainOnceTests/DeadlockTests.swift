@@ -23,6 +23,22 @@ struct DeadlockTests {
       ("trackedCycleWorkerFirst", "DispatchSemaphore.wait(for:)"),
     ])
   func trackedCycle(_ scenario: String, _ operation: String) async throws {
+    let (lines, edges) = try await stoppedTwoWayCycle(scenario)
+    let edge =
+      #/^  thread \d+( \(holds the main queue\))? waits for .+ in .+ at MainOnceFixture/DeadlockScenarios\.swift:\d+; blocked by thread \d+, which (holds the main queue|performs it)$/#
+    #expect(edges.allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(edges)")
+    #expect(
+      edges.contains { $0.contains("waits for work \"loader\" in \(operation)") })
+    #expect(
+      edges.contains { $0.contains("waits for the initializer of token \"deadlock scenario\"") })
+    #expect(lines.dropFirst(3).first?.hasPrefix("hint: ") == true)
+  }
+
+  /// Runs `scenario`, which MainOnce must stop as a deadlock of two waits, and returns the
+  /// stopping report's lines and its two edges.
+  private func stoppedTwoWayCycle(_ scenario: String) async throws -> (
+    lines: [String], edges: ArraySlice<String>
+  ) {
     let outcome = try await run(scenario)
     #expect(!outcome.timedOut)
     #expect(outcome.status != 0)
@@ -33,14 +49,7 @@ struct DeadlockTests {
     #expect(lines.first == "MainOnce: deadlock detected")
     let edges = lines.dropFirst().prefix { $0.hasPrefix("  ") }
     #expect(edges.count == 2, "\(outcome.standardError)")
-    let edge =
-      #/^  thread \d+( \(holds the main queue\))? waits for .+ in .+ at MainOnceFixture/DeadlockScenarios\.swift:\d+; blocked by thread \d+, which (holds the main queue|performs it)$/#
-    #expect(edges.allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(edges)")
-    #expect(
-      edges.contains { $0.contains("waits for work \"loader\" in \(operation)") })
-    #expect(
-      edges.contains { $0.contains("waits for the initializer of token \"deadlock scenario\"") })
-    #expect(lines.dropFirst(3).first?.hasPrefix("hint: ") == true)
+    return (lines, edges)
   }
 
   /// MainOnce cannot see into a `withTrackedWait` closure, which may compute, sleep or return:
@@ -249,16 +258,7 @@ struct DeadlockTests {
 
   @Test("a wait that never initializes, for an initializer that waits for it, stops with its edge")
   func waitCycle() async throws {
-    let outcome = try await run("waitCycle")
-    #expect(!outcome.timedOut)
-    #expect(outcome.status != 0)
-    #expect(!outcome.standardOutput.contains("PASS"))
-    let lines = try #require(
-      stoppingReport(in: outcome.standardError, from: "MainOnceFixture/DeadlockScenarios.swift"),
-      "\(outcome.standardError)")
-    #expect(lines.first == "MainOnce: deadlock detected")
-    let edges = lines.dropFirst().prefix { $0.hasPrefix("  ") }
-    #expect(edges.count == 2, "\(outcome.standardError)")
+    let (_, edges) = try await stoppedTwoWayCycle("waitCycle")
     #expect(
       edges.contains {
         $0.contains("waits for the initializer of token \"deadlock scenario\"")
