@@ -202,7 +202,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           let build = current.build ?? AsyncBuild(label: label, slot: current)
           current.build = build
           if caller.awaitsItsOwnBuild(build) {
-            Diagnostics.reentrance(label, firstCall: declaration, secondCall: declaration)
+            Diagnostics.reentrance(label, firstCall: declaration, secondCall: caller.site)
           }
           defer { build.isTimed = true }
           return (nil, build, starts, !build.isTimed)
@@ -303,11 +303,14 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       build.task = nil
       let answered = current.machine.buildEnded(succeeded: succeeded) { $0.bringsBuild }
       // Waits that never build outlive a build that threw: they wait for the next one, in a
-      // build nobody has started yet.
+      // build nobody has started yet, which takes over a stall reported about them (its end is
+      // reported when they stop waiting, not now).
       if !current.machine.callers.isEmpty {
-        next = AsyncBuild(label: label, slot: current)
-        next!.isTimed = true
-        current.build = next
+        let waiting = AsyncBuild(label: label, slot: current)
+        waiting.isTimed = true
+        swap(&waiting.reportedSince, &build.reportedSince)
+        current.build = waiting
+        next = waiting
       }
       return answered
     }

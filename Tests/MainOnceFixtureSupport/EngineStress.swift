@@ -377,8 +377,16 @@ public enum EngineStress {
     }
     // Make sure every token is done, from a blocking caller off the main queue, bounded.
     let closed = DispatchSemaphore(value: 0)
+    // Half the tokens get a throwing attempt first: one that the main-queue wait runs leaves its
+    // hop on its way, so the closing call after it sends none, and only wakes the wait.
+    let throwsFirst = (0..<tokenCount).map { _ in random.next() % 2 == 0 }
     Thread {
-      for (owner, tally) in zip(owners.all, tallies) {
+      for ((owner, tally), throwing) in zip(zip(owners.all, tallies), throwsFirst) {
+        if throwing {
+          _ = try? onceOnMain(token: owner.token) { () throws(StressError) in
+            try tally.initialize(caller: -2, throwing: true)
+          }
+        }
         onceOnMain(token: owner.token) {
           try? tally.initialize(caller: -1, throwing: false)
         }
@@ -396,7 +404,8 @@ public enum EngineStress {
       outcome.timedOut = true
       let pending = log.unanswered.filter { $0.value > 0 }
       outcome.unanswered += pending.values.reduce(0, +)
-      outcome.unansweredKinds += (outcome.unansweredKinds.isEmpty ? "" : ",")
+      outcome.unansweredKinds +=
+        (outcome.unansweredKinds.isEmpty ? "" : ",")
         + pending.map { "\($0.key):\($0.value)" }.sorted().joined(separator: ",")
     }
     for tally in tallies {

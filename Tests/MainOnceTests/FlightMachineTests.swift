@@ -61,6 +61,14 @@ struct FlightMachineTests {
     let exploration = Model.explore([.mainWaiting, .workerBlocking], servesNothing: true)
     #expect(exploration.violations.contains { $0.contains("never resolved") })
   }
+
+  @Test("a broken engine is caught: a serving wait woken only by the hops sent strands a caller")
+  func explorationCatchesAServingWaitWokenOnlyByHops() {
+    // A thrown attempt, run by the wait, leaves its hop on its way: the next attempt sends none.
+    let exploration = Model.explore(
+      [.mainWaiting, .workerBlocking, .workerBlocking], wakesOnlyForHops: true)
+    #expect(exploration.violations.contains { $0.contains("never resolved") })
+  }
 }
 
 /// Reads a file of the package, by its path from the package's root.
@@ -179,6 +187,8 @@ enum Model {
     var cancelRequested = Packed<Bool>()
     var verdicts = Packed<Verdict?>()
     var successes = 0
+    /// Whether a wait that serves the main queue has been woken (its parking holds a token).
+    var servingWoken = false
   }
 
   /// One row of the table: a cell's phase, an event, the phase after it.
@@ -215,18 +225,19 @@ enum Model {
     }
   }
 
-  /// Explores every state reachable by callers of `forms`. `losesHops` and `servesNothing` break
-  /// the world on purpose (no hop ever runs; a waiting main thread never serves), to show that
-  /// the checks can fail.
+  /// Explores every state reachable by callers of `forms`. `losesHops`, `servesNothing` and
+  /// `wakesOnlyForHops` break the world on purpose (no hop ever runs; a waiting main thread
+  /// never serves; it is woken only when a hop is sent), to show that the checks can fail.
   static func explore(
-    _ forms: [Form], losesHops: Bool = false, servesNothing: Bool = false
+    _ forms: [Form], losesHops: Bool = false, servesNothing: Bool = false,
+    wakesOnlyForHops: Bool = false
   ) -> Exploration {
     MainOnceTests.explore(
       from: World(), limit: 2_000_000,
       successors: { world in
         events(in: world, forms: forms, losesHops: losesHops, servesNothing: servesNothing).map {
           event in
-          var step = Step(world: world, forms: forms)
+          var step = Step(world: world, forms: forms, wakesOnlyForHops: wakesOnlyForHops)
           step.apply(event)
           return Successor(
             event: step.name, state: step.world,
@@ -306,11 +317,7 @@ enum Model {
     // while a wait blocks the main thread. That wait is woken when a hop is sent, and runs the
     // queued attempts itself.
     if case .waiting = world.main {
-      if let flight = world.flight, flight.hasQueuedAttempt, flight.runner == nil,
-        !servesNothing
-      {
-        events.append(.serve)
-      }
+      if world.servingWoken, !servesNothing { events.append(.serve) }
     } else if world.hops > 0, !losesHops {
       events.append(.hop)
     }
@@ -335,13 +342,15 @@ private struct Step {
 
   var world: World
   let forms: [Model.Form]
+  let wakesOnlyForHops: Bool
   /// The event's name in the table (callers are anonymous there).
   var name = ""
   var violations: [String] = []
 
-  init(world: World, forms: [Model.Form]) {
+  init(world: World, forms: [Model.Form], wakesOnlyForHops: Bool) {
     self.world = world
     self.forms = forms
+    self.wakesOnlyForHops = wakesOnlyForHops
   }
 
   mutating func apply(_ event: Model.Event) {
@@ -354,9 +363,29 @@ private struct Step {
     case .freeStorage:
       name = "the token is freed"
       world.storageIsFreed = true
+      world.flight?.storageFreed()
+    }
+    // A caller leaves the queue unanswered only as a completion-form wait that nothing can
+    // answer any more: the token is freed, and no attempt is queued or running.
+    if let flight = world.flight {
+      for caller in forms.indices
+      where world.arrived[caller] && world.verdicts[caller] == nil
+        && flight.callers.phase(of: caller) == .resolved
+      {
+        if forms[caller] != .handlerWaiting || !world.storageIsFreed {
+          violations.append("caller \(caller) left the queue unanswered")
+        }
+      }
     }
     if let flight = world.flight, !flight.invariantHolds {
       violations.append("queued callers have no runner, no hop and no outcome")
+    }
+    if let flight = world.flight,
+      flight.hasQueuedAttempt
+        != (flight.callers.first { flight.callers.phase(of: $0) == .queued }
+          != nil)
+    {
+      violations.append("the count of queued attempts is wrong")
     }
     if world.successes > 1 { violations.append("two attempts succeeded") }
     if let flight = world.flight, flight.running != nil, flight.runner != Model.mainThread {
@@ -436,6 +465,8 @@ private struct Step {
       }
       if sendsHop && !form.bringsAttempt { violations.append("a waiter sent a hop") }
       if sendsHop { world.hops += 1 }
+      // Every attempt queued wakes a wait that serves the main queue (`Flight.arrive`).
+      if wakesOnlyForHops ? sendsHop : form.bringsAttempt { world.servingWoken = true }
     case .drive(let first):
       name = "\(who) in main context arrives"
       if !inMain { violations.append("a caller outside main context was told to drive") }
@@ -445,7 +476,7 @@ private struct Step {
       } else if form.bringsAttempt {
         return violations.append("a driver found nothing to run")
       } else {
-        world.main = .waiting(caller)
+        enterWait(caller)
       }
     }
     // A main-context call from inside its own attempt, with an attempt or without, is
@@ -476,11 +507,20 @@ private struct Step {
     }
   }
 
-  /// A main-context wait, woken by a hop sent while it waits, runs the queued attempts itself
-  /// (as main-queue code, not as the hop, which stays on its way).
+  /// The main thread blocks in a wait that serves the main queue. It looks for queued attempts
+  /// once before it parks, as if woken.
+  private mutating func enterWait(_ waiter: Int) {
+    world.main = .waiting(waiter)
+    world.servingWoken = true
+  }
+
+  /// A main-context wait, woken since it last looked, runs the queued attempts itself (as
+  /// main-queue code, not as the hop, which stays on its way), if there are any.
   private mutating func serve() {
     guard case .waiting(let waiter) = world.main else { return }
     name = "the waiting main thread serves"
+    world.servingWoken = false
+    guard let flight = world.flight, flight.hasQueuedAttempt, flight.runner == nil else { return }
     switch world.flight!.mainQueueReached(on: Model.mainThread, isHop: false) {
     case .runByAnotherThread: violations.append("the main queue was held twice")
     case .drive(let first):
@@ -527,7 +567,7 @@ private struct Step {
       violations.append("caller \(driver) drove the queue and returned unresolved")
     } else {
       // A wait that never initializes goes back to waiting, and serving.
-      world.main = .waiting(driver)
+      enterWait(driver)
     }
   }
 

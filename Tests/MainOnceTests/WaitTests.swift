@@ -46,6 +46,37 @@ enum WaitTokens {
       selfWaiting.wait()
     }
   }
+  static let afterThrow = MainOnceToken("served after a throw")
+  static let outer = MainOnceToken("awaited by the outer wait")
+  static let servedByOuter = MainOnceToken("served by the outer wait")
+  static let inner = MainOnceToken("awaited by the nested wait")
+  static let lateArrival = MainOnceToken("queued while the nested wait ends")
+  static let neverInitialized = MainOnceToken("never initialized")
+  static let handlerWaited = MainOnceToken("waited for by a handler")
+  static let flakyBuilds = Atomic(0)
+  static let flaky = AsyncMainLazy { () throws -> Int in
+    if flakyBuilds.add(1, ordering: .relaxed).newValue == 1 { throw InitializerFailed() }
+    return 7
+  }
+}
+
+/// The reports a process delivered, by kind.
+private final class ReportLog: @unchecked Sendable {
+  // This is safe because `reports` is only touched under `lock`.
+  private let lock = NSLock()
+  private var reports: [DeadlockReport] = []
+
+  func append(_ report: DeadlockReport) {
+    lock.lock()
+    reports.append(report)
+    lock.unlock()
+  }
+
+  func of(_ kind: DeadlockReport.Kind) -> [DeadlockReport] {
+    lock.lock()
+    defer { lock.unlock() }
+    return reports.filter { $0.kind == kind }
+  }
 }
 
 private struct InitializerFailed: Error {}
@@ -111,6 +142,31 @@ struct WaitTests {
     let signalled = await onThread { handled.wait(timeout: .now() + TimeScale.seconds(10)) }
     #expect(signalled == .success)
     #expect(sawDone.value.load(ordering: .relaxed) == 1)
+  }
+
+  @Test("a completion-form wait on a token freed before it is done lets go of its handler")
+  func completionFormWaitOnAFreedToken() async {
+    final class Captured: Sendable {}
+    final class Watch: @unchecked Sendable {
+      // This is safe because `captured` is a weak reference, read and cleared atomically by the
+      // runtime.
+      weak var captured: Captured?
+    }
+    let watch = Watch()
+    let called = Counter()
+    var holder: TokenHolder? = TokenHolder("freed while waited for")
+    do {
+      let captured = Captured()
+      watch.captured = captured
+      holder!.token.wait(completionQueue: .global()) {
+        _ = captured
+        called.value.store(1, ordering: .relaxed)
+      }
+    }
+    #expect(await waiters(1, on: "\"freed while waited for\""))
+    holder = nil  // nothing can initialize the token now
+    #expect(await eventually { watch.captured == nil })
+    #expect(called.value.load(ordering: .relaxed) == 0)
   }
 
   @Test("a wait on a done token returns at once, in every form")
@@ -179,6 +235,125 @@ struct WaitTests {
       }.start()
       await MainActor.run { WaitTokens.served.wait() }
       exit(WaitTokens.served.isDone && WaitTokens.other.isDone ? 0 : 1)
+    }
+  }
+
+  @Test("a serving wait is woken by an attempt that sends no hop, after it ran one that threw")
+  func servingWaitWokenWithoutAHop() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      Thread {
+        guard waitUntilParked() else { exit(2) }
+        // Run by the waiting main thread; its hop stays on its way, unneeded.
+        _ = try? onceOnMain(token: WaitTokens.afterThrow) { throw InitializerFailed() }
+        // So this attempt sends no hop: only a wake reaches the wait.
+        onceOnMain(token: WaitTokens.afterThrow) {}
+      }.start()
+      await MainActor.run { WaitTokens.afterThrow.wait() }
+      exit(WaitTokens.afterThrow.isDone ? 0 : 1)
+    }
+  }
+
+  @Test("a serving wait nested in an attempt of an outer one passes a wake on when it ends")
+  func nestedServingWaitPassesAWakeOn() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      Thread {
+        guard waitUntilParked(1) else { exit(2) }  // main, in the outer wait
+        onceOnMain(token: WaitTokens.servedByOuter) {
+          // On the main thread, run by the outer wait: it waits again, nested.
+          Thread {
+            guard waitUntilParked(2) else { exit(2) }  // this thread's caller, and main
+            onceOnMain(token: WaitTokens.inner) {
+              // Run by the nested wait, which ends when this returns: the attempt queued now
+              // wakes the nested wait, too late for it to run it.
+              Thread { onceOnMain(token: WaitTokens.lateArrival) {} }.start()
+              guard waitUntilParked(3) else { exit(2) }
+            }
+            WaitTokens.lateArrival.wait()
+            onceOnMain(token: WaitTokens.outer) {}
+          }.start()
+          WaitTokens.inner.wait()
+        }
+      }.start()
+      await MainActor.run { WaitTokens.outer.wait() }
+      exit(WaitTokens.lateArrival.isDone ? 0 : 1)
+    }
+  }
+
+  @Test("a serving wait that keeps running other initializers still reports its own stall")
+  func servingWaitReportsItsStall() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      DeadlockDetection.setStallTimeout(.milliseconds(300))
+      DeadlockDetection.reportHandler = { report in
+        if report.kind == .stall, report.text.contains("\"never initialized\"") { exit(0) }
+      }
+      Thread {
+        guard waitUntilParked() else { exit(2) }
+        // A fresh token every 10 ms, each run by the waiting main thread: wakes far more
+        // often than the grace and the stall timeout.
+        for _ in 0..<500 {
+          onceOnMain(token: TokenHolder("served").token) {}
+          usleep(10_000)
+        }
+        exit(3)
+      }.start()
+      await MainActor.run { WaitTokens.neverInitialized.wait() }
+      exit(4)
+    }
+  }
+
+  @Test("a completion-form wait is named as a wait in its stall report")
+  func completionFormWaitIsNamedInItsStall() async {
+    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      DeadlockDetection.setStallTimeout(.milliseconds(100))
+      DeadlockDetection.reportHandler = { report in
+        FileHandle.standardError.write(Data((report.text + "\n").utf8))
+        exit(0)
+      }
+      WaitTokens.handlerWaited.wait(completionQueue: .global()) {}
+      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(5))
+      exit(1)
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(
+      text.contains("a completion handler has waited")
+        && text.contains("in MainOnceToken.wait() at MainOnceTests/WaitTests.swift:"), "\(text)")
+    #expect(text.contains("no caller has brought the initializer"), "\(text)")
+  }
+
+  @Test("an AsyncMainLazy wait's stall goes on across a build that threw, reported once")
+  func asyncLazyWaitStallOutlivesAThrow() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      DeadlockDetection.setStallTimeout(.milliseconds(100))
+      let log = ReportLog()
+      DeadlockDetection.reportHandler = { log.append($0) }
+      let waited = DispatchSemaphore(value: 0)
+      Task.detached {
+        guard try await WaitTokens.flaky.wait() == 7 else { exit(5) }
+        waited.signal()
+      }
+      guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
+      // A build throws while the wait goes on: its stall has not ended.
+      let thrown = DispatchSemaphore(value: 0)
+      Task.detached {
+        _ = try? await WaitTokens.flaky.value
+        thrown.signal()
+      }
+      guard thrown.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
+      // Six stall timeouts for a wrong report to come: a second stall, or an end.
+      _ = waitUntil(timeout: .milliseconds(600)) {
+        log.of(.stall).count > 1 || !log.of(.stallEnded).isEmpty
+      }
+      guard log.of(.stall).count == 1, log.of(.stallEnded).isEmpty else { exit(6) }
+      Task.detached { _ = try? await WaitTokens.flaky.value }
+      guard waited.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
+      // The wait ended: its stall's end is reported once.
+      guard waitUntil({ !log.of(.stallEnded).isEmpty }) else { exit(4) }
+      exit(log.of(.stall).count == 1 && log.of(.stallEnded).count == 1 ? 0 : 1)
     }
   }
 

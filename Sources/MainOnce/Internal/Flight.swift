@@ -91,7 +91,9 @@ final class Flight: @unchecked Sendable {
 
   /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:bringsAttempt:)``: queues `waiter`
   /// unless it is re-entrant or cancelled. A hop it must send is marked as on its way: send it
-  /// once the lock is released. A wait that serves the main queue is woken for it now.
+  /// once the lock is released. A wait that serves the main queue is woken for every attempt
+  /// queued, hop or not: a hop it made unnecessary by running its flight's attempts stays on
+  /// its way, and the next attempt of that flight sends none.
   func arrive(
     _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false,
     holding _: borrowing OnceCell.Held
@@ -105,10 +107,8 @@ final class Flight: @unchecked Sendable {
     case .cancelled, .reentrant: break
     case .wait(let sendsHop):
       waiter.flight = self
-      if sendsHop {
-        Self.awaitingHop.append(self)
-        Self.servingWait?.unpark()
-      }
+      if sendsHop { Self.awaitingHop.append(self) }
+      if waiter.bringsAttempt { Self.servingWait?.unpark() }
     case .drive, .runByAnotherThread: waiter.flight = self
     }
     return arrival
@@ -213,6 +213,30 @@ final class Flight: @unchecked Sendable {
   /// Gives back the storage's reference, if `raw` is a flight's.
   static func releaseAttached(_ raw: UInt) {
     reference(raw)?.release()
+  }
+
+  /// The storage whose word is `raw` is being freed: if a flight is attached, it learns so
+  /// (``FlightMachine/storageFreed()``: the completion-form waits that nothing can answer any
+  /// more leave it), and the storage's reference is given back. A done or fresh word takes no
+  /// lock.
+  static func storageFreed(_ raw: UInt) {
+    guard let flight = reference(raw) else { return }
+    var stranded: [Waiter] = []
+    let ended = OnceCell.withLock { held -> UInt64? in
+      let flight = flight.takeUnretainedValue()
+      flight.transition { machine in
+        let before = Array(machine.callers)
+        machine.storageFreed()
+        stranded = before.filter { machine.callers.phase(of: $0) == .resolved }
+      }
+      return flight.endOfReportedStall(holding: held)
+    }
+    if let ended {
+      Detector.subjectEnded(flight.takeUnretainedValue(), finished: false, waitingSince: ended)
+    }
+    flight.release()
+    // The stranded waits, and their handlers, go here, after the lock.
+    _ = consume stranded
   }
 
   private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {

@@ -48,8 +48,8 @@
 // | idle     | a waiter elsewhere arrives; a waiter in main context arrives                                                                                                | awaited  |
 // | idle     | a caller elsewhere arrives                                                                                                                                  | queued   |
 // | idle     | a caller in main context arrives                                                                                                                            | running  |
-// | awaited  | a task is cancelled                                                                                                                                         | idle     |
-// | awaited  | a waiter elsewhere arrives; a waiter in main context arrives; a cancelled task arrives; a task is cancelled; the hop runs; the token is freed               | awaited  |
+// | awaited  | a task is cancelled; the token is freed                                                                                                                     | idle     |
+// | awaited  | a waiter elsewhere arrives; a waiter in main context arrives; a cancelled task arrives; a task is cancelled; the hop runs; the waiting main thread serves   | awaited  |
 // | awaited  | a caller elsewhere arrives                                                                                                                                  | queued   |
 // | awaited  | a caller in main context arrives                                                                                                                            | running  |
 // | queued   | a task is cancelled                                                                                                                                         | idle     |
@@ -166,6 +166,12 @@ struct FlightMachine<Callers: FlightCallers> {
   private(set) var running: Caller?
   /// Whether a hop was sent that has not reached the main queue yet.
   private(set) var hopIsOnItsWay = false
+  /// How many callers are queued with an attempt that has not started: counted, so that the
+  /// invariant, checked after every transition, does not walk a queue of waiters.
+  private var queuedAttempts = 0
+  /// Whether the cell's storage is gone (the token was freed): then no caller can arrive, and
+  /// a wait that never initializes is answered only by an attempt queued or running already.
+  private(set) var storageIsFreed = false
 
   init(callers: Callers) {
     self.callers = callers
@@ -189,9 +195,7 @@ struct FlightMachine<Callers: FlightCallers> {
   }
 
   /// Whether a caller's attempt is queued, not started yet.
-  var hasQueuedAttempt: Bool {
-    callers.first { callers.phase(of: $0) == .queued } != nil
-  }
+  var hasQueuedAttempt: Bool { queuedAttempts > 0 }
 
   /// A caller arrives: `thread` is its thread (`nil` for a task or a completion handler, which
   /// never run an attempt where they are), `inMainContext` whether it holds the main queue,
@@ -211,6 +215,7 @@ struct FlightMachine<Callers: FlightCallers> {
     if let runner, let thread, runner == thread { return .reentrant }
     callers.setPhase(bringsAttempt ? .queued : .awaiting, of: caller)
     callers.append(caller)
+    if bringsAttempt { queuedAttempts += 1 }
     guard inMainContext, let thread else { return .wait(sendsHop: bringsAttempt && claimHop()) }
     if let runner { return .runByAnotherThread(runner) }
     return .drive(first: startNextAttempt(on: thread))
@@ -241,9 +246,11 @@ struct FlightMachine<Callers: FlightCallers> {
     guard let owner = callers.first(where: { callers.phase(of: $0) == .queued }) else {
       runner = nil
       running = nil
+      dropStrandedWaits()
       return nil
     }
     callers.setPhase(.running, of: owner)
+    queuedAttempts -= 1
     runner = thread
     running = owner
     return owner
@@ -273,7 +280,23 @@ struct FlightMachine<Callers: FlightCallers> {
       callers.setPhase(.resolved, of: caller)
       resolve(caller, .done)
     }
+    queuedAttempts = 0
     return borrower
+  }
+
+  /// The cell's storage was freed. Its waits that never initialize, completion handlers (the
+  /// others borrow the storage, so none is left), can no longer be answered once no attempt is
+  /// queued or running: they leave the queue, never answered, and the flight keeps nothing
+  /// alive for them.
+  mutating func storageFreed() {
+    storageIsFreed = true
+    dropStrandedWaits()
+  }
+
+  /// Takes out the waits that nothing can answer any more, once the storage is freed.
+  private mutating func dropStrandedWaits() {
+    guard storageIsFreed, outcome == nil, runner == nil, queuedAttempts == 0 else { return }
+    while let caller = callers.removeFirst() { callers.setPhase(.resolved, of: caller) }
   }
 
   /// A queued task's caller was cancelled: it leaves the queue unless its attempt has started
@@ -281,6 +304,7 @@ struct FlightMachine<Callers: FlightCallers> {
   mutating func cancel(_ caller: Caller, resolve: (Caller, Verdict) -> Void) {
     let phase = callers.phase(of: caller)
     guard phase == .queued || phase == .awaiting else { return }
+    if phase == .queued { queuedAttempts -= 1 }
     callers.remove(caller)
     callers.setPhase(.resolved, of: caller)
     resolve(caller, .cancelled)

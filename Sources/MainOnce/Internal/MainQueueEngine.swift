@@ -161,16 +161,25 @@ enum MainQueueEngine {
 
   /// Serves the main queue from a wait that blocks it, until `waiter` is resolved: runs the
   /// attempts queued for the main queue, of every cell, whose hops cannot run meanwhile, and
-  /// parks between them. Each hop sent while it waits wakes it (``Flight/serve(with:holding:)``);
-  /// the hop, when it runs later, finds nothing to do.
+  /// parks between them. Each attempt queued while it waits wakes it
+  /// (``Flight/serve(with:holding:)``); a hop, when it runs later, finds nothing to do. A wait
+  /// nested in an attempt that an outer one runs wakes the outer one when it ends: a wake meant
+  /// for the outer wait may have reached it.
   private static func serve(until waiter: Waiter, on thread: ThreadRecord, parking: Parking) {
     let outer = OnceCell.withLock { Flight.serve(with: parking, holding: $0) }
-    defer { _ = OnceCell.withLock { Flight.serve(with: outer, holding: $0) } }
+    defer {
+      _ = OnceCell.withLock { Flight.serve(with: outer, holding: $0) }
+      outer?.unpark()
+    }
+    // Its grace and its stall count from here, however often it wakes to serve.
+    let since = (
+      Platform.monotonicNanoseconds(), DispatchTime.now() + .nanoseconds(Int(WaitBoard.grace))
+    )
     while !waiter.isResolved.load(ordering: .acquiring) {
-      // A hop sent from here on wakes the park below, if this finds nothing.
+      // An attempt queued from here on wakes the park below, if this finds nothing.
       Servicing.runQueuedAttempts(on: thread)
       if waiter.isResolved.load(ordering: .acquiring) { return }
-      park(waiter, on: thread, parking: parking)
+      park(waiter, on: thread, parking: parking, since: since)
     }
   }
 
@@ -271,11 +280,19 @@ enum MainQueueEngine {
   /// Parks the calling thread until `wait`, a once-cell caller's, is resolved (its one
   /// unpark): published on the `WaitBoard`, for `WaitBoard.grace` first, then watched by the
   /// deadlock detector.
-  static func park(_ wait: some BlockingWait, on thread: ThreadRecord, parking: Parking) {
+  ///
+  /// A wait that parks again and again (one that serves the main queue) passes when it began,
+  /// `since`, and the end of its grace: its grace and its stall are counted from then.
+  static func park(
+    _ wait: some BlockingWait, on thread: ThreadRecord, parking: Parking,
+    since: (nanoseconds: UInt64, graceEnd: DispatchTime)? = nil
+  ) {
     Instrumentation.noteParked()
     let previous = WaitBoard.publish(wait, on: thread)
-    if !parking.park(until: .now() + .nanoseconds(Int(WaitBoard.grace))) {
-      Detector.watch(wait) { parking.park(until: $0) }
+    if !parking.park(until: since?.graceEnd ?? .now() + .nanoseconds(Int(WaitBoard.grace))) {
+      Detector.watch(
+        wait, since: since?.nanoseconds ?? Platform.monotonicNanoseconds() &- WaitBoard.grace
+      ) { parking.park(until: $0) }
     }
     WaitBoard.withdraw(previous, on: thread)
     Instrumentation.noteWoke()

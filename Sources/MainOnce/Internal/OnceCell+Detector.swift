@@ -32,7 +32,7 @@ extension Flight: StallSubject {
         case .handler:
           .init(
             kind: .handler, thread: nil, site: waiter.site, since: waiter.since,
-            bringsAttempt: true)
+            bringsAttempt: waiter.bringsAttempt)
         case .inPlace: nil
         }
       }

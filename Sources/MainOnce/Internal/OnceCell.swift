@@ -39,7 +39,7 @@ struct _OnceWord: ~Copyable, Sendable {
 
   deinit {
     // Nothing borrows the storage any more, so nothing else reads or writes the word.
-    Flight.releaseAttached(word.load(ordering: .relaxed))
+    Flight.storageFreed(word.load(ordering: .relaxed))
   }
 
   /// The word, read with an acquiring load: even once done. The fast path of every call.
