@@ -363,8 +363,10 @@ private struct Step {
     case .freeStorage:
       name = "the token is freed"
       world.storageIsFreed = true
-      world.flight?.storageFreed()
     }
+    // Once the token is freed, the flight's stall timer tells it so at each look: here, right
+    // after every event (`Flight.strandedWaits`).
+    if world.storageIsFreed { world.flight?.storageFreed() }
     // A caller leaves the queue unanswered only as a completion-form wait that nothing can
     // answer any more: the token is freed, and no attempt is queued or running.
     if let flight = world.flight {

@@ -53,6 +53,7 @@ enum WaitTokens {
   static let lateArrival = MainOnceToken("queued while the nested wait ends")
   static let neverInitialized = MainOnceToken("never initialized")
   static let handlerWaited = MainOnceToken("waited for by a handler")
+  static let releasesAHolder = MainOnceToken("whose initializer holds the last reference")
   static let flakyBuilds = Atomic(0)
   static let flaky = AsyncMainLazy { () throws -> Int in
     if flakyBuilds.add(1, ordering: .relaxed).newValue == 1 { throw InitializerFailed() }
@@ -167,6 +168,30 @@ struct WaitTests {
     holder = nil  // nothing can initialize the token now
     #expect(await eventually { watch.captured == nil })
     #expect(called.value.load(ordering: .relaxed) == 0)
+  }
+
+  @Test("a token freed by a closure that the engine releases under its lock frees without it")
+  func tokenFreedUnderTheEnginesLock() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      // A flight is attached to this token: a completion-form wait waits for it.
+      var holder: TokenHolder? = TokenHolder("freed under the lock")
+      holder!.token.wait(completionQueue: .global()) {}
+      // The other token's initializer holds the last reference to it: the engine lets the
+      // initializer go under its lock once its caller is answered, and frees the token there.
+      // The main queue is held until this thread has let go of its own reference.
+      let gate = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async { gate.wait() }
+      let answered = DispatchSemaphore(value: 0)
+      onceOnMain(token: WaitTokens.releasesAHolder, completionQueue: .global()) { [holder] in
+        _ = holder
+      } completion: {
+        answered.signal()
+      }
+      holder = nil
+      gate.signal()
+      exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
+    }
   }
 
   @Test("a wait on a done token returns at once, in every form")

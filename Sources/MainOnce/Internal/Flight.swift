@@ -18,7 +18,7 @@ final class Flight: @unchecked Sendable {
   // reachable only through methods that take proof that the caller holds the engine's lock
   // (`OnceCell.Held`), which keeps other threads out; the bodies those methods run never call
   // back into the flight, so no access overlaps another on the same thread, and they skip the
-  // dynamic check. `label` never changes, and `epoch` is an atomic.
+  // dynamic check. `label` never changes, and `epoch` and `storageIsGone` are atomics.
 
   /// What the deadlock detector marks on a flight, beside its machine.
   struct Marks {
@@ -35,6 +35,8 @@ final class Flight: @unchecked Sendable {
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
   let epoch = Atomic<UInt>(0)
+  /// Set when the storage it is attached to is freed (``storageFreed(_:)``).
+  private let storageIsGone = Atomic(false)
 
   init(label: CellLabel) { self.label = label }
 
@@ -215,28 +217,24 @@ final class Flight: @unchecked Sendable {
     reference(raw)?.release()
   }
 
-  /// The storage whose word is `raw` is being freed: if a flight is attached, it learns so
-  /// (``FlightMachine/storageFreed()``: the completion-form waits that nothing can answer any
-  /// more leave it), and the storage's reference is given back. A done or fresh word takes no
-  /// lock.
+  /// The storage whose word is `raw` is being freed: if a flight is attached, it is marked,
+  /// and the storage's reference given back. No lock: a token may be freed anywhere, also where
+  /// the engine's lock is held (a closure released under it may hold the last reference).
   static func storageFreed(_ raw: UInt) {
     guard let flight = reference(raw) else { return }
-    var stranded: [Waiter] = []
-    let ended = OnceCell.withLock { held -> UInt64? in
-      let flight = flight.takeUnretainedValue()
-      flight.transition { machine in
-        let before = Array(machine.callers)
-        machine.storageFreed()
-        stranded = before.filter { machine.callers.phase(of: $0) == .resolved }
-      }
-      return flight.endOfReportedStall(holding: held)
-    }
-    if let ended {
-      Detector.subjectEnded(flight.takeUnretainedValue(), finished: false, waitingSince: ended)
-    }
+    flight.takeUnretainedValue().storageIsGone.store(true, ordering: .releasing)
     flight.release()
-    // The stranded waits, and their handlers, go here, after the lock.
-    _ = consume stranded
+  }
+
+  /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed()``), and returns
+  /// the completion-form waits that nothing can answer any more, which it has let go: release
+  /// them after the lock. A look of the flight's stall timer asks, which every flight with such
+  /// a wait has until its callers are gone.
+  func strandedWaits(holding _: borrowing OnceCell.Held) -> [Waiter] {
+    guard storageIsGone.load(ordering: .acquiring) else { return [] }
+    let before = Array(machine.callers)
+    transition { $0.storageFreed() }
+    return before.filter { $0.phase == .resolved }
   }
 
   private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {

@@ -246,7 +246,6 @@ struct FlightMachine<Callers: FlightCallers> {
     guard let owner = callers.first(where: { callers.phase(of: $0) == .queued }) else {
       runner = nil
       running = nil
-      dropStrandedWaits()
       return nil
     }
     callers.setPhase(.running, of: owner)
@@ -284,18 +283,14 @@ struct FlightMachine<Callers: FlightCallers> {
     return borrower
   }
 
-  /// The cell's storage was freed. Its waits that never initialize, completion handlers (the
-  /// others borrow the storage, so none is left), can no longer be answered once no attempt is
-  /// queued or running: they leave the queue, never answered, and the flight keeps nothing
-  /// alive for them.
+  /// The cell's storage is gone (the token was freed), as the flight learns it at a look of
+  /// its stall timer: repeated at each look. Its waits that never initialize, completion
+  /// handlers (the others borrow the storage, so none is left), can no longer be answered once
+  /// no attempt is queued or running: they leave the queue, never answered, and the flight
+  /// keeps nothing alive for them.
   mutating func storageFreed() {
     storageIsFreed = true
-    dropStrandedWaits()
-  }
-
-  /// Takes out the waits that nothing can answer any more, once the storage is freed.
-  private mutating func dropStrandedWaits() {
-    guard storageIsFreed, outcome == nil, runner == nil, queuedAttempts == 0 else { return }
+    guard outcome == nil, runner == nil, queuedAttempts == 0 else { return }
     while let caller = callers.removeFirst() { callers.setPhase(.resolved, of: caller) }
   }
 

@@ -17,8 +17,11 @@ extension StallSubject {
 
 extension Flight: StallSubject {
   func stallSnapshot() -> StallSnapshot? {
-    OnceCell.withLock { held in
+    var stranded: [Waiter] = []
+    defer { _ = consume stranded }  // after the lock: their handlers may run any deinit
+    return OnceCell.withLock { held in
       guard outcome(holding: held) == nil else { return nil }
+      stranded = strandedWaits(holding: held)
       let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
         switch waiter.kind {
         case .thread(_, let thread):
