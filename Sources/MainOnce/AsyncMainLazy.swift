@@ -491,6 +491,8 @@ extension AsyncBuild: StallSubject {
     }
   }
 
+  func timerLook() -> StallSnapshot? { stallSnapshot() }
+
   func claimStallReport(waitingSince: UInt64) -> Bool {
     Self.lock.withLock {
       guard reportedSince == nil, !isOver else { return false }

@@ -112,7 +112,7 @@ extension MainOnceToken {
   /// ``onceOnMain(token:completionQueue:file:line:_:completion:)-60dt3``, the token only has to
   /// live for the length of this call; but a token freed before it is done never will be:
   /// then, once no initializer queued before it is left to run, `completion` is released
-  /// without being called.
+  /// without being called, at the next look of MainOnce's stall timer (every 100 ms).
   ///
   /// It never blocks a thread, so it cannot deadlock. If no caller ever brings an initializer,
   /// `completion` never runs, and MainOnce reports the wait as a stall once it has lasted the

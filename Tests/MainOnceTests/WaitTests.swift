@@ -61,6 +61,15 @@ enum WaitTokens {
   }
 }
 
+/// Whether the flight attached to `token`, if any, has its stall timer running.
+private func stallTimerRuns(for token: borrowing MainOnceToken) -> Bool {
+  let raw = token._word.word.load(ordering: .acquiring)
+  return OnceCell.withLock { held in
+    Flight.attached(raw, holding: held)?.withMarks(holding: held) { marks, _ in marks.isTimed }
+      ?? false
+  }
+}
+
 /// The reports a process delivered, by kind.
 private final class ReportLog: @unchecked Sendable {
   // This is safe because `reports` is only touched under `lock`.
@@ -168,6 +177,52 @@ struct WaitTests {
     holder = nil  // nothing can initialize the token now
     #expect(await eventually { watch.captured == nil })
     #expect(called.value.load(ordering: .relaxed) == 0)
+  }
+
+  @Test("a completion-form wait after a flight's timer has stopped gets a timer of its own")
+  func completionFormWaitAfterTheTimerStopped() async {
+    final class Captured: Sendable {}
+    final class Watch: @unchecked Sendable {
+      // This is safe because `captured` is a weak reference, read and cleared atomically by the
+      // runtime.
+      weak var captured: Captured?
+    }
+    let watch = Watch()
+    var holder: TokenHolder? = TokenHolder("timed twice")
+    // A completion-form caller starts the flight's stall timer; its attempt throws, and the
+    // timer stops at its next look, with no caller left.
+    let failed = DispatchSemaphore(value: 0)
+    onceOnMain(token: holder!.token, completionQueue: .global()) { () throws(InitializerFailed) in
+      throw InitializerFailed()
+    } completion: { _ in
+      failed.signal()
+    }
+    #expect(await onThread { failed.wait(timeout: .now() + TimeScale.seconds(10)) } == .success)
+    weak let timed = holder
+    #expect(await eventually { timed.map { !stallTimerRuns(for: $0.token) } ?? false })
+    // A wait now starts a timer again, which lets it go once the token is freed.
+    do {
+      let captured = Captured()
+      watch.captured = captured
+      holder!.token.wait(completionQueue: .global()) { _ = captured }
+    }
+    holder = nil
+    #expect(await eventually { watch.captured == nil })
+  }
+
+  @Test("a reported stall of completion-form waits on a freed token ends when they are let go")
+  func strandedWaitsEndTheirStall() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      DeadlockDetection.setStallTimeout(.milliseconds(100))
+      let log = ReportLog()
+      DeadlockDetection.reportHandler = { log.append($0) }
+      var holder: TokenHolder? = TokenHolder("stranded")
+      holder!.token.wait(completionQueue: .global()) {}
+      guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
+      holder = nil
+      exit(waitUntil(timeout: .seconds(3)) { !log.of(.stallEnded).isEmpty } ? 0 : 1)
+    }
   }
 
   @Test("a token freed by a closure that the engine releases under its lock frees without it")

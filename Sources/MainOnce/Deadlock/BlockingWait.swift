@@ -64,6 +64,9 @@ protocol StallSubject: AnyObject, Sendable {
   var label: CellLabel { get }
   /// Who waits and what is in the way; `nil` once it has finished.
   func stallSnapshot() -> StallSnapshot?
+  /// ``stallSnapshot()`` at a look of the stall timer of callers that do not block, which
+  /// stops once it finds no caller: the subject may keep its bookkeeping there.
+  func timerLook() -> StallSnapshot?
   /// Claims the subject's one stall report, about callers waiting since `waitingSince`: `true`
   /// for the first to ask, while the subject has not finished.
   func claimStallReport(waitingSince: UInt64) -> Bool

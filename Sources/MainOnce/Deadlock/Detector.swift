@@ -130,7 +130,7 @@ private final class TimerWatch: @unchecked Sendable {
 
   func next() {
     Platform.runOnOvercommitQueue(afterNanoseconds: 4 * Detector.slice) {
-      guard self.subject.stallSnapshot().map({ !$0.callers.isEmpty }) == true else { return }
+      guard self.subject.timerLook().map({ !$0.callers.isEmpty }) == true else { return }
       self.stall.look(
         at: self.subject, site: nil, waitingSince: self.since,
         now: Platform.monotonicNanoseconds())

@@ -80,7 +80,7 @@ final class Flight: @unchecked Sendable {
   static func awaitingHop(holding _: borrowing OnceCell.Held) -> [Flight] { awaitingHop }
 
   /// The parking of the wait without an attempt that blocks the main queue now, if one does:
-  /// every hop sent while it waits wakes it, to run the attempts the hop cannot
+  /// every attempt queued while it waits wakes it, to run the attempts no hop can
   /// (`MainQueueEngine.serve(until:on:parking:)`).
   @exclusivity(unchecked) nonisolated(unsafe) private static var servingWait: Parking?
 
@@ -228,8 +228,9 @@ final class Flight: @unchecked Sendable {
 
   /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed()``), and returns
   /// the completion-form waits that nothing can answer any more, which it has let go: release
-  /// them after the lock. A look of the flight's stall timer asks, which every flight with such
-  /// a wait has until its callers are gone.
+  /// them after the lock. A look of the flight's stall timer asks: a flight with such a wait has
+  /// one running, started by the first caller that does not block, and stopped (and forgotten,
+  /// so that the next such caller starts one again) only once no caller is left.
   func strandedWaits(holding _: borrowing OnceCell.Held) -> [Waiter] {
     guard storageIsGone.load(ordering: .acquiring) else { return [] }
     let before = Array(machine.callers)

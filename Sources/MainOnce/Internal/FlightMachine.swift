@@ -24,9 +24,9 @@
 // that never initializes), goes arriving → awaiting → resolved (an attempt succeeded, or its
 // task was cancelled); *awaited* is a flight whose callers are all waiters: nothing runs, and no
 // hop is needed until a caller brings an attempt. A waiter in main context drives the attempts
-// queued when it arrives, then serves the main queue while it waits: woken by each hop sent
-// meanwhile, it runs the queued attempts itself ("the waiting main thread serves"), since the
-// hop cannot run while it blocks the main queue.
+// queued when it arrives, then serves the main queue while it waits: woken by each attempt
+// queued meanwhile, it runs the queued attempts itself ("the waiting main thread serves"),
+// since no hop can run while it blocks the main queue.
 //
 // The transitions, every one the exhaustive test observes and no other (it compares this
 // table, and the one in the DocC article "How a token moves", with what it observes). An
@@ -34,7 +34,8 @@
 // publishes a finished one: "a caller arrives" is a caller that finds the cell finished or
 // done); the hop is `mainQueueReached`; an attempt's end is `finish`, then `startNextAttempt`
 // in the same critical section; a cancellation is `cancel`; a freed token is `_OnceWord`'s
-// deinit. A success ends in *done* when a caller that borrows the storage waits (the value is
+// deinit, which the flight learns at the next look of its stall timer
+// (`Flight.strandedWaits(holding:)`, `storageFreed`). A success ends in *done* when a caller that borrows the storage waits (the value is
 // published through it), else in *finished*.
 //
 // | From     | Event                                                                                                                                                       | To       |

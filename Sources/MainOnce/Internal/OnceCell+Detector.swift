@@ -10,45 +10,66 @@ extension StallSubject {
   func startStallTimer() {
     Instrumentation.noteSubject(self)
     Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
-      if self.stallSnapshot() != nil { Detector.watchStall(of: self) }
+      if self.timerLook().map({ !$0.callers.isEmpty }) == true { Detector.watchStall(of: self) }
     }
   }
 }
 
 extension Flight: StallSubject {
   func stallSnapshot() -> StallSnapshot? {
+    OnceCell.withLock { snapshot(holding: $0) }
+  }
+
+  /// The stall snapshot, at a look of the flight's timer, which also keeps the flight's
+  /// bookkeeping: once its token is freed, it lets go of the completion-form waits nothing can
+  /// answer any more (ending a stall reported about them), and once no caller is left it
+  /// forgets its timer, which stops, so that the next caller that does not block starts one.
+  func timerLook() -> StallSnapshot? {
     var stranded: [Waiter] = []
-    defer { _ = consume stranded }  // after the lock: their handlers may run any deinit
-    return OnceCell.withLock { held in
-      guard outcome(holding: held) == nil else { return nil }
+    var ended: UInt64?
+    let found = OnceCell.withLock { held -> StallSnapshot? in
       stranded = strandedWaits(holding: held)
-      let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
-        switch waiter.kind {
-        case .thread(_, let thread):
-          .init(
-            kind: .thread, thread: thread, site: waiter.site, since: waiter.since,
-            bringsAttempt: waiter.bringsAttempt)
-        case .task:
-          .init(
-            kind: .task, thread: nil, site: waiter.site, since: waiter.since,
-            bringsAttempt: waiter.bringsAttempt)
-        case .handler:
-          .init(
-            kind: .handler, thread: nil, site: waiter.site, since: waiter.since,
-            bringsAttempt: waiter.bringsAttempt)
-        case .inPlace: nil
-        }
+      if !stranded.isEmpty { ended = endOfReportedStall(holding: held) }
+      let seen = snapshot(holding: held)
+      if seen?.callers.isEmpty ?? true {
+        withMarks(holding: held) { marks, _ in marks.isTimed = false }
       }
-      let obstacle: StallSnapshot.Obstacle =
-        if let runner = runner(holding: held) {
-          .runner(runner.thread, since: runner.since)
-        } else if hasQueuedAttempt(holding: held) {
-          .mainQueue
-        } else {
-          .noAttempt
-        }
-      return StallSnapshot(callers: callers, obstacle: obstacle)
+      return seen
     }
+    // After the lock: their handlers may run any deinit.
+    stranded.removeAll()
+    if let ended { Detector.subjectEnded(self, finished: false, waitingSince: ended) }
+    return found
+  }
+
+  private func snapshot(holding held: borrowing OnceCell.Held) -> StallSnapshot? {
+    guard outcome(holding: held) == nil else { return nil }
+    let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
+      switch waiter.kind {
+      case .thread(_, let thread):
+        .init(
+          kind: .thread, thread: thread, site: waiter.site, since: waiter.since,
+          bringsAttempt: waiter.bringsAttempt)
+      case .task:
+        .init(
+          kind: .task, thread: nil, site: waiter.site, since: waiter.since,
+          bringsAttempt: waiter.bringsAttempt)
+      case .handler:
+        .init(
+          kind: .handler, thread: nil, site: waiter.site, since: waiter.since,
+          bringsAttempt: waiter.bringsAttempt)
+      case .inPlace: nil
+      }
+    }
+    let obstacle: StallSnapshot.Obstacle =
+      if let runner = runner(holding: held) {
+        .runner(runner.thread, since: runner.since)
+      } else if hasQueuedAttempt(holding: held) {
+        .mainQueue
+      } else {
+        .noAttempt
+      }
+    return StallSnapshot(callers: callers, obstacle: obstacle)
   }
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
