@@ -202,7 +202,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
           let build = current.build ?? AsyncBuild(label: label, slot: current)
           current.build = build
           if caller.awaitsItsOwnBuild(build) {
-            Diagnostics.reentrance(label, firstCall: declaration, secondCall: caller.site)
+            Diagnostics.reentrance(
+              label, firstCall: declaration, secondCall: caller.site, waits: !bringsBuild)
           }
           defer { build.isTimed = true }
           return (nil, build, starts, !build.isTimed)

@@ -17,8 +17,10 @@ extension MainLazy where Value: Sendable {
   /// - **Built:** returns at once: one acquiring load and one load, inlined.
   /// - **Outside main context:** the thread parks until the value is built. It sends no hop.
   /// - **In main context**, where a hop to the main queue cannot run while the wait blocks it:
-  ///   the wait runs the builds and initializers queued for the main queue itself, those queued
-  ///   already and those that arrive while it waits, until the value is built.
+  ///   the wait runs the builds and initializers that callers queued for the main queue itself,
+  ///   those queued already and those that arrive while it waits, until the value is built.
+  ///   Work queued on the main queue by other means (a `DispatchQueue.main.async` block, a
+  ///   `@MainActor` task) cannot run until the wait returns: a read there never ends it.
   ///
   /// - Warning: Nothing but a read that builds ends the wait: if none ever comes, it waits for
   ///   ever, and MainOnce reports it as a stall once it has lasted the stall timeout. Called from
@@ -47,11 +49,12 @@ extension MainLazy where Value: Sendable {
   /// builder.
   ///
   /// It returns once a build has returned a value; a build that throws does not end the wait.
-  /// Everything the builder wrote happens before this call returns. It runs on the caller's
-  /// actor (`nonisolated(nonsending)`); once built, it returns at once, with one acquiring load
-  /// and one load, inlined, cancelled or not. It never blocks a thread, so it cannot deadlock
-  /// on the main queue; if no read ever builds the value, MainOnce reports the wait as a stall
-  /// once it has lasted the stall timeout.
+  /// Everything the builder wrote happens before this call returns. Once built, it returns at
+  /// once, with one acquiring load and one load, inlined, on the caller's actor
+  /// (`nonisolated(nonsending)`), cancelled or not; otherwise the task suspends, on the main
+  /// actor too, which lets the main queue run the build it waits for. It never blocks a thread,
+  /// so it cannot deadlock on the main queue; if no read ever builds the value, MainOnce
+  /// reports the wait as a stall once it has lasted the stall timeout.
   ///
   /// - Parameters:
   ///   - file: The caller's file, for diagnostics; leave the default.

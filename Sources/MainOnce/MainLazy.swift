@@ -109,10 +109,11 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   }
 
   deinit {
-    // Nothing borrows the value any more. Every attempt's caller borrowed it while it ran, so a
-    // value that was built has been published; `isDone` also takes a finished, unpublished
-    // flight into account, should there be one.
-    guard _storage.isDone else { return }
+    // Nothing borrows the value any more. Every caller borrowed it while it waited (a
+    // `MainLazy` has no completion form), and a success is published through one that waits,
+    // so a value that was built has been published: a load, and no lock, which may be held by
+    // whoever releases this `MainLazy` (a closure let go under the engine's lock).
+    guard _storage.isPublished else { return }
     // A `MainLazy` may end on any thread (it is `Sendable`), but a value that is not `Sendable`
     // belongs to the main actor, and so does its deinitialization.
     MainActorDisposal.destroy(

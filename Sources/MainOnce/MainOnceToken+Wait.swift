@@ -24,9 +24,11 @@ extension MainOnceToken {
   /// - **Token done:** returns at once: one acquiring load, inlined.
   /// - **Outside main context:** the thread parks until the token is done. It sends no hop.
   /// - **In main context**, where a hop to the main queue cannot run while the wait blocks it:
-  ///   the wait runs the initializers queued for the main queue itself, of any token or lazy
-  ///   value, those queued already and those that arrive while it waits, until this token is
-  ///   done.
+  ///   the wait runs the initializers that callers queued for the main queue itself, of any
+  ///   token or lazy value, those queued already and those that arrive while it waits, until
+  ///   this token is done. Work queued on the main queue by other means (a
+  ///   `DispatchQueue.main.async` block, a `@MainActor` task) cannot run until the wait
+  ///   returns: a call to ``onceOnMain(token:file:line:_:)`` there never ends it.
   ///
   /// - Warning: Nothing but a caller that brings an initializer ends the wait: if none ever
   ///   calls, it waits for ever, and MainOnce reports it as a stall once it has lasted the stall
@@ -60,8 +62,9 @@ extension MainOnceToken {
   ///
   /// It returns once an initializer run for the token has returned normally; an initializer
   /// that throws does not end the wait. Everything that initializer wrote happens before this
-  /// call returns. It runs on the caller's actor (`nonisolated(nonsending)`). A done token
-  /// returns at once, with one acquiring load, inlined, cancelled or not.
+  /// call returns. A done token returns at once, with one acquiring load, inlined, on the
+  /// caller's actor (`nonisolated(nonsending)`), cancelled or not; otherwise the task
+  /// suspends.
   ///
   /// It never blocks a thread, so it cannot deadlock on the main queue; on the main actor it
   /// suspends, and lets the main queue run the initializer it waits for. Nothing but a caller

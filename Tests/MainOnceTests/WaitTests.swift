@@ -54,6 +54,15 @@ enum WaitTokens {
   static let neverInitialized = MainOnceToken("never initialized")
   static let handlerWaited = MainOnceToken("waited for by a handler")
   static let releasesAHolder = MainOnceToken("whose initializer holds the last reference")
+  static let releasesALazyHolder = MainOnceToken("whose initializer holds a lazy value's owner")
+  static let selfWaitingLazyLine: UInt = #line + 2
+  static let selfWaitingLazy: MainLazy<Int, Never> = MainLazy { () -> Int in
+    WaitTokens.selfWaitingLazy.wait() + 1
+  }
+  static let selfWaitingBuildLine: UInt = #line + 2
+  static let selfWaitingBuild: AsyncMainLazy<Int> = AsyncMainLazy { () async throws -> Int in
+    try await WaitTokens.selfWaitingBuild.wait() + 1
+  }
   static let flakyBuilds = Atomic(0)
   static let flaky = AsyncMainLazy { () throws -> Int in
     if flakyBuilds.add(1, ordering: .relaxed).newValue == 1 { throw InitializerFailed() }
@@ -367,7 +376,8 @@ struct WaitTests {
       boundExitTest()
       DeadlockDetection.setStallTimeout(.milliseconds(300))
       DeadlockDetection.reportHandler = { report in
-        if report.kind == .stall, report.text.contains("\"never initialized\"") { exit(0) }
+        guard report.kind == .stall, report.text.contains("\"never initialized\"") else { return }
+        exit(report.text.contains("the wait in main context holds the main queue") ? 0 : 5)
       }
       Thread {
         guard waitUntilParked() else { exit(2) }
@@ -435,6 +445,50 @@ struct WaitTests {
       guard waitUntil({ !log.of(.stallEnded).isEmpty }) else { exit(4) }
       exit(log.of(.stall).count == 1 && log.of(.stallEnded).count == 1 ? 0 : 1)
     }
+  }
+
+  @Test("an unbuilt MainLazy freed by a closure that the engine releases under its lock frees")
+  func unbuiltLazyFreedUnderTheEnginesLock() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      var holder: LazyHolder? = LazyHolder()
+      let gate = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async { gate.wait() }
+      let answered = DispatchSemaphore(value: 0)
+      onceOnMain(token: WaitTokens.releasesALazyHolder, completionQueue: .global()) { [holder] in
+        _ = holder
+      } completion: {
+        answered.signal()
+      }
+      holder = nil
+      gate.signal()
+      exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
+    }
+  }
+
+  @Test("a lazy value's wait inside its own builder stops with a message about waiting")
+  func lazyWaitInsideItsOwnBuilder() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      _ = await MainActor.run { WaitTokens.selfWaitingLazy.value }
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("waited for its own value while building it"), "\(text)")
+    #expect(
+      text.contains("MainOnceTests/WaitTests.swift:\(WaitTokens.selfWaitingLazyLine)"), "\(text)")
+  }
+
+  @Test("an AsyncMainLazy's wait inside its own build stops with a message about waiting")
+  func asyncLazyWaitInsideItsOwnBuild() async {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      boundExitTest()
+      _ = try? await WaitTokens.selfWaitingBuild.value
+    }
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("waited for its own value while building it"), "\(text)")
+    #expect(
+      text.contains("MainOnceTests/WaitTests.swift:\(WaitTokens.selfWaitingBuildLine)"),
+      "\(text)")
   }
 
   @Test("a wait inside the token's own initializer stops with a message naming both calls")

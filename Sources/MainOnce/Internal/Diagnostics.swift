@@ -2,25 +2,30 @@
 /// whose text survives `-c release` (`precondition`'s does not), start with `MainOnce:`, and
 /// name the caller's `#fileID:line`.
 enum Diagnostics {
-  /// An initializer reached its own cell again: it waits for itself.
+  /// An initializer reached its own cell again: it waits for itself. `waits`: the second call
+  /// is a `wait()`, which brings no initializer.
   static func reentrance(
-    _ label: CellLabel, firstCall: some CustomStringConvertible, secondCall: CallSite
+    _ label: CellLabel, firstCall: some CustomStringConvertible, secondCall: CallSite,
+    waits: Bool = false
   ) -> Never {
     switch label {
     case .lazy:
+      let (did, `do`) = waits ? ("waited for", "wait for") : ("read", "read")
       fail(
         """
-        MainOnce: \(label) read its own value while building it: the builder cannot finish \
-        until that read returns. Don't read a MainLazy's value from inside its own builder.
+        MainOnce: \(label) \(did) its own value while building it: the builder cannot finish \
+        until that \(waits ? "wait" : "read") returns. Don't \(`do`) a MainLazy's value from \
+        inside its own builder.
         """,
         at: secondCall)
     case .asyncLazy:
+      let (did, `do`) = waits ? ("waited for", "wait for") : ("awaited", "await")
       fail(
         """
-        MainOnce: \(label) awaited its own value while building it, from the build's own task \
+        MainOnce: \(label) \(did) its own value while building it, from the build's own task \
         or a child task it waits for (async let, a task group): the builder cannot finish \
-        until that await returns. Don't await an AsyncMainLazy's value from inside its own \
-        builder.
+        until that \(waits ? "wait" : "await") returns. Don't \(`do`) an AsyncMainLazy's value \
+        from inside its own builder.
         """,
         at: secondCall)
     case .token, .object: break

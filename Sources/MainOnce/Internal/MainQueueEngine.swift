@@ -150,7 +150,7 @@ enum MainQueueEngine {
     switch step {
     case .done: return
     case .reentrant(let runnerSite):
-      reenter(cell, site: site, runnerSite: runnerSite, on: thread)
+      reenter(cell, site: site, runnerSite: runnerSite, on: thread, waits: true)
     case .park:
       park(waiter, on: thread, parking: parking)
     case .serve(let flight, let first):
@@ -334,13 +334,16 @@ enum MainQueueEngine {
     }
   }
 
-  /// Stops a re-entrant call at `site`: the attempt that runs on this thread is one it runs in
-  /// place, named by its call, or one it runs for a queued caller, at `runnerSite`.
+  /// Stops a re-entrant call at `site` (a `wait()` if `waits`): the attempt that runs on this
+  /// thread is one it runs in place, named by its call, or one it runs for a queued caller, at
+  /// `runnerSite`.
   private static func reenter(
-    _ cell: OnceCell, site: CallSite, runnerSite: CallSite?, on thread: ThreadRecord
+    _ cell: OnceCell, site: CallSite, runnerSite: CallSite?, on thread: ThreadRecord,
+    waits: Bool = false
   ) -> Never {
     let first = thread.inPlaceRuns.last { $0.word == UnsafeRawPointer(cell.word) }?.site
-    Diagnostics.reentrance(cell.label, firstCall: first ?? runnerSite!, secondCall: site)
+    Diagnostics.reentrance(
+      cell.label, firstCall: first ?? runnerSite!, secondCall: site, waits: waits)
   }
 
   /// Runs `attempt` here, in main context, for a cell that had no flight: the first call in

@@ -69,7 +69,13 @@ extension Flight: StallSubject {
       } else {
         .noAttempt
       }
-    return StallSnapshot(callers: callers, obstacle: obstacle)
+    var snapshot = StallSnapshot(callers: callers, obstacle: obstacle)
+    if self.callers(holding: held).contains(where: \.servesMainQueue) {
+      snapshot.notes.append(
+        "the wait in main context holds the main queue: an initializer queued there"
+          + " (DispatchQueue.main.async, a @MainActor task) cannot run until it returns")
+    }
+    return snapshot
   }
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
