@@ -55,6 +55,8 @@ enum WaitTokens {
   static let handlerWaited = MainOnceToken("waited for by a handler")
   static let releasesAHolder = MainOnceToken("whose initializer holds the last reference")
   static let releasesALazyHolder = MainOnceToken("whose initializer holds a lazy value's owner")
+  static let releasesAProbe = MainOnceToken("whose initializer holds an object that calls back")
+  static let askedInADeinit = MainOnceToken("asked about in a deinit")
   static let selfWaitingLazyLine: UInt = #line + 2
   static let selfWaitingLazy: MainLazy<Int, Never> = MainLazy { () -> Int in
     WaitTokens.selfWaitingLazy.wait() + 1
@@ -461,6 +463,28 @@ struct WaitTests {
         answered.signal()
       }
       holder = nil
+      gate.signal()
+      exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
+    }
+  }
+
+  @Test("an initializer's captures are let go after the engine's lock: their deinit may call it")
+  func initializerCapturesLetGoAfterTheLock() async {
+    await #expect(processExitsWith: .success) {
+      boundExitTest()
+      final class CallsBack: Sendable {
+        deinit { _ = WaitTokens.askedInADeinit.isDone }  // not done: asks under the lock
+      }
+      var probe: CallsBack? = CallsBack()
+      let gate = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async { gate.wait() }
+      let answered = DispatchSemaphore(value: 0)
+      onceOnMain(token: WaitTokens.releasesAProbe, completionQueue: .global()) { [probe] in
+        _ = probe
+      } completion: {
+        answered.signal()
+      }
+      probe = nil
       gate.signal()
       exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
     }

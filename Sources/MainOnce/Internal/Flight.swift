@@ -270,20 +270,21 @@ enum Resolution {
 
 /// One caller of a flight, with the attempt it brought and how to tell it the end.
 final class Waiter: @unchecked Sendable {
-  // This is safe because the variables are only read and written under the engine's lock,
-  // but for the reads after it. `phase`, `next`, `startedAt` and `flight` are private to this
-  // file, whose code touches them only with the lock's proof in hand, and reachable elsewhere
-  // only through accessors that take it. The others: `resolution`, which is written once under
-  // the lock before the caller is told and read by the caller after it is told (through the
-  // lock, the parking's semaphore or the continuation, each of which orders the two); `kind`
-  // and `resolution`, which `Wakes.deliver` reads after the lock is released, on the thread
-  // that resolved the caller under it, before it wakes the caller (neither is written again
-  // until the caller's thread reuses the record); `attempt`, which only the runner reads,
-  // without the lock, while the caller waits for it; `isResolved`, an atomic; and every field
-  // written by ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread that
-  // owns the record, once nothing else refers to it (see
-  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``): whoever let it go did so
-  // after its last read, and its release orders that read before the uniqueness check.
+  // This is safe because the variables are only read and written under the engine's lock, but for
+  // the reads after it. `phase`, `next`, `startedAt` and `flight` are private to this file, whose
+  // code touches them only with the lock's proof in hand, and reachable elsewhere only through
+  // accessors that take it. The others: `resolution`, which is written once under the lock before
+  // the caller is told and read by the caller after it is told (through the lock, the parking's
+  // semaphore or the continuation, each of which orders the two); `kind` and `resolution`, which
+  // `Wakes.deliver` reads after the lock is released, on the thread that resolved the caller under
+  // it, before it wakes the caller (neither is written again until the caller's thread reuses the
+  // record); `attempt`, which only the runner reads, without the lock, while the caller waits for
+  // it, and `Wakes.deliver` clears after the lock, on the thread that resolved the caller, before
+  // it wakes it (nothing reads it once the caller is resolved); `isResolved`, an atomic; and every
+  // field written by ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread
+  // that owns the record, once nothing else refers to it (see
+  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``): whoever let it go did so after
+  // its last read, and its release orders that read before the uniqueness check.
 
   /// How the caller learns its resolution: a parked thread is signalled; a suspended task
   /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to
@@ -377,8 +378,8 @@ final class Waiter: @unchecked Sendable {
   }
 }
 
-/// Resolutions decided under the lock, delivered once it is released. The first waiter to wake
-/// is kept inline (a first call wakes one), the others in an array.
+/// Resolutions decided under the lock, delivered once it is released. The first waiter
+/// resolved is kept inline (a first call resolves one), the others in an array.
 struct Wakes {
   private var first: Waiter?
   private var others: [Waiter] = []
@@ -386,21 +387,22 @@ struct Wakes {
   /// Resolves `waiter`. Under the lock: from here on nothing runs its attempt, and a
   /// completion handler is submitted right away, in order.
   mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
-    waiter.attempt = nil
     waiter.flight = nil
     waiter.resolution = resolution
     waiter.isResolved.store(true, ordering: .releasing)
-    switch waiter.kind {
-    case .handler(let submit): submit(resolution)
-    case .inPlace: break
-    case .thread, .task:
-      if first == nil { first = waiter } else { others.append(waiter) }
-    }
+    if case .handler(let submit) = waiter.kind { submit(resolution) }
+    if first == nil { first = waiter } else { others.append(waiter) }
   }
 
-  /// Wakes the parked threads and resumes the tasks. After the lock is released.
+  /// Lets go of each resolved caller's attempt, then wakes the parked threads and resumes the
+  /// tasks. After the lock is released: an attempt may hold the last reference to anything,
+  /// whose deinit may call MainOnce. Before the wake: a blocking caller's attempt must be let go
+  /// before its call returns.
   func deliver() {
     func wake(_ waiter: Waiter) {
+      // Nothing reads a resolved caller's attempt, and its thread reuses the record only
+      // once woken.
+      waiter.attempt = nil
       switch waiter.kind {
       case .thread(let parking, _): parking.unpark()
       case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
