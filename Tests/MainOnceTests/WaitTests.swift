@@ -264,8 +264,11 @@ struct WaitTests {
   func doneTokenReturnsAtOnce() async throws {
     let holder = TokenHolder("done")
     try await onceOnMain(token: holder.token) {}
-    let blocked = await onThread { holder.token.wait() }
-    #expect(blocked != nil)
+    let returned = await onThread { () -> Bool in
+      holder.token.wait()
+      return true
+    }
+    #expect(returned == true)
     try await holder.token.wait()
     let handled = DispatchSemaphore(value: 0)
     holder.token.wait(completionQueue: .global()) { handled.signal() }
