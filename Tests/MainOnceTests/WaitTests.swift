@@ -81,6 +81,27 @@ private func stallTimerRuns(for token: borrowing MainOnceToken) -> Bool {
   }
 }
 
+/// In an exit test: makes an object whose only reference a completion-form initializer of
+/// `token` holds, and ends the process, passing, once that caller is answered, and so the
+/// initializer let go, with the object (by the engine, when it answers the caller). The main
+/// queue is held until this thread has let go of its own reference.
+private func releaseWithAnAnsweredInitializer(
+  of token: borrowing MainOnceToken, _ make: () -> any Sendable
+) -> Never {
+  var object: (any Sendable)? = make()
+  let gate = DispatchSemaphore(value: 0)
+  DispatchQueue.main.async { gate.wait() }
+  let answered = DispatchSemaphore(value: 0)
+  onceOnMain(token: token, completionQueue: .global()) { [object] in
+    _ = object
+  } completion: {
+    answered.signal()
+  }
+  object = nil
+  gate.signal()
+  exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
+}
+
 /// The reports a process delivered, by kind.
 private final class ReportLog: @unchecked Sendable {
   // This is safe because `reports` is only touched under `lock`.
@@ -240,23 +261,12 @@ struct WaitTests {
   func tokenFreedUnderTheEnginesLock() async {
     await #expect(processExitsWith: .success) {
       boundExitTest()
-      // A flight is attached to this token: a completion-form wait waits for it.
-      var holder: TokenHolder? = TokenHolder("freed under the lock")
-      holder!.token.wait(completionQueue: .global()) {}
-      // The other token's initializer holds the last reference to it: the engine lets the
-      // initializer go under its lock once its caller is answered, and frees the token there.
-      // The main queue is held until this thread has let go of its own reference.
-      let gate = DispatchSemaphore(value: 0)
-      DispatchQueue.main.async { gate.wait() }
-      let answered = DispatchSemaphore(value: 0)
-      onceOnMain(token: WaitTokens.releasesAHolder, completionQueue: .global()) { [holder] in
-        _ = holder
-      } completion: {
-        answered.signal()
+      releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAHolder) {
+        // A flight is attached to this token: a completion-form wait waits for it.
+        let holder = TokenHolder("freed under the lock")
+        holder.token.wait(completionQueue: .global()) {}
+        return holder
       }
-      holder = nil
-      gate.signal()
-      exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
     }
   }
 
@@ -456,18 +466,7 @@ struct WaitTests {
   func unbuiltLazyFreedUnderTheEnginesLock() async {
     await #expect(processExitsWith: .success) {
       boundExitTest()
-      var holder: LazyHolder? = LazyHolder()
-      let gate = DispatchSemaphore(value: 0)
-      DispatchQueue.main.async { gate.wait() }
-      let answered = DispatchSemaphore(value: 0)
-      onceOnMain(token: WaitTokens.releasesALazyHolder, completionQueue: .global()) { [holder] in
-        _ = holder
-      } completion: {
-        answered.signal()
-      }
-      holder = nil
-      gate.signal()
-      exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
+      releaseWithAnAnsweredInitializer(of: WaitTokens.releasesALazyHolder) { LazyHolder() }
     }
   }
 
@@ -478,18 +477,7 @@ struct WaitTests {
       final class CallsBack: Sendable {
         deinit { _ = WaitTokens.askedInADeinit.isDone }  // not done: asks under the lock
       }
-      var probe: CallsBack? = CallsBack()
-      let gate = DispatchSemaphore(value: 0)
-      DispatchQueue.main.async { gate.wait() }
-      let answered = DispatchSemaphore(value: 0)
-      onceOnMain(token: WaitTokens.releasesAProbe, completionQueue: .global()) { [probe] in
-        _ = probe
-      } completion: {
-        answered.signal()
-      }
-      probe = nil
-      gate.signal()
-      exit(answered.wait(timeout: .now() + TimeScale.seconds(5)) == .success ? 0 : 1)
+      releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAProbe) { CallsBack() }
     }
   }
 
