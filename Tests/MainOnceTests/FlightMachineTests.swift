@@ -10,8 +10,8 @@ struct FlightMachineTests {
   @Test(
     "every mix of up to three callers, with hops, throws, cancellations and a freed token",
     arguments: Model.Form.mixes(upTo: 3))
-  func everyMixOfUpToThreeCallers(forms: [Model.Form]) async throws {
-    let exploration = try await offThePool { Model.explore(forms) }
+  func everyMixOfUpToThreeCallers(forms: [Model.Form]) {
+    let exploration = Model.explore(forms)
     #expect(exploration.violations == [], "\(forms)")
     // Waiters alone reach few states: nothing ever runs.
     #expect(exploration.states > (forms.contains(where: \.bringsAttempt) ? forms.count : 1))
@@ -33,18 +33,15 @@ struct FlightMachineTests {
   func largerConfigurations(forms: [Model.Form]) async throws {
     // Seconds of work each: on a thread of its own, one at a time, so that it never holds up
     // the cooperative pool that the rest of the suite runs on.
-    let exploration = try await offThePool { Model.explore(forms) }
+    let exploration = try #require(await onThread(timeout: .seconds(600)) { Model.explore(forms) })
     #expect(exploration.violations == [])
     #expect(exploration.states > 10_000)
   }
 
   @Test("the table in the source and in the documentation is the transitions the machine makes")
-  func tablesAreTheMachinesTransitions() async throws {
-    let observed = try await offThePool {
-      Model.Form.mixes(upTo: 3).reduce(into: Set<Model.Transition>()) {
-        $0.formUnion(Model.explore($1).transitions)
-      }
-    }
+  func tablesAreTheMachinesTransitions() throws {
+    var observed = Set<Model.Transition>()
+    for forms in Model.Form.mixes(upTo: 3) { observed.formUnion(Model.explore(forms).transitions) }
     let machine = try packageFile("Sources/MainOnce/Internal/FlightMachine.swift")
     let article = try packageFile("Sources/MainOnce/MainOnce.docc/HowATokenMoves.md")
     let inSource = Model.Transition.rows(in: machine, linePrefix: "// ")

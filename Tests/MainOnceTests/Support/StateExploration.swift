@@ -1,22 +1,9 @@
-import Testing
-
 /// What an exhaustive exploration of a state machine found: how many states it reached, the
 /// promises broken on the way, and the transitions it made, as the tables name them.
 struct Exploration: Sendable {
   var states = 0
   var violations: [String] = []
   var transitions = Set<Model.Transition>()
-}
-
-/// Runs `work`, an exploration, on a thread of its own and returns what it found. Explorations
-/// are seconds of computing under a sanitizer on a loaded machine: on the cooperative pool,
-/// which has one thread per CPU, they would hold up every `async` test running beside them.
-func offThePool<Result: Sendable>(
-  sourceLocation: SourceLocation = #_sourceLocation, _ work: @escaping @Sendable () -> Result
-) async throws -> Result {
-  try #require(
-    await onThread(timeout: .seconds(600), sourceLocation: sourceLocation, work),
-    sourceLocation: sourceLocation)
 }
 
 /// One event applied to a state: its name in the table, the state after it, and the promises
