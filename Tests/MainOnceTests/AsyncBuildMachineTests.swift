@@ -8,6 +8,7 @@ import Testing
 struct AsyncBuildMachineTests {
   @Test(
     "one to four callers, every interleaving of arrivals, cancellations and builds",
+    .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: 1...4)
   func everyInterleaving(callers: Int) {
     let exploration = AsyncBuildModel.explore(callers: callers)
@@ -17,6 +18,7 @@ struct AsyncBuildMachineTests {
 
   @Test(
     "callers that build and waits that never do, mixed, every interleaving",
+    .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: [(1, 1), (1, 2), (2, 1), (2, 2), (0, 2), (3, 1)])
   func waitsThatNeverBuild(callers: Int, waiters: Int) {
     let exploration = AsyncBuildModel.explore(callers: callers, waiters: waiters)

@@ -9,6 +9,7 @@ import Testing
 struct FlightMachineTests {
   @Test(
     "every mix of up to three callers, with hops, throws, cancellations and a freed token",
+    .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: Model.Form.mixes(upTo: 3))
   func everyMixOfUpToThreeCallers(forms: [Model.Form]) {
     let exploration = Model.explore(forms)
@@ -38,7 +39,9 @@ struct FlightMachineTests {
     #expect(exploration.states > 10_000)
   }
 
-  @Test("the table in the source and in the documentation is the transitions the machine makes")
+  @Test(
+    "the table in the source and in the documentation is the transitions the machine makes",
+    .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"))
   func tablesAreTheMachinesTransitions() throws {
     var observed = Set<Model.Transition>()
     for forms in Model.Form.mixes(upTo: 3) { observed.formUnion(Model.explore(forms).transitions) }
