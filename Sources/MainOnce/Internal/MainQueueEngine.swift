@@ -81,20 +81,7 @@ enum MainQueueEngine {
       let waiter = thread.takeWaiter(
         site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
         attempt: attempt, storage: cell.word)
-      let step = OnceCell.withLock { held -> Step in
-        guard case .inFlight(let flight) = cell.phase(holding: held) else { return .done }
-        switch flight.arrive(waiter, on: thread.id, inMainContext: drives, holding: held) {
-        case .reentrant: return .reentrant(flight.runner(holding: held)!.site)
-        case .drive(let first): return .drive(flight, first: first)
-        case .wait(let sendsHop): return .park(flight, hop: sendsHop)
-        case .runByAnotherThread(let runner):
-          Diagnostics.internalInconsistency(
-            "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
-        case .cancelled:
-          Diagnostics.internalInconsistency("a blocking caller arrived cancelled")
-        }
-      }
-      switch step {
+      switch arriveBlocking(waiter, at: cell, on: thread, inMainContext: drives) {
       case .done:
         // Unused: the record's attempt is dropped, so that it keeps nothing of this call.
         waiter.attempt = nil
@@ -112,14 +99,28 @@ enum MainQueueEngine {
     }
   }
 
-  // MARK: - Waiting without an attempt
-
-  private enum WaitStep {
-    case done
-    case park
-    case serve(Flight, first: Waiter?)
-    case reentrant(CallSite?)
+  /// Queues a blocking caller or wait, `waiter`, on `cell`'s flight, and says what the thread
+  /// does next. A blocking caller is never cancelled, and in main context no other thread runs
+  /// the cell's attempts: either would be an inconsistency.
+  private static func arriveBlocking(
+    _ waiter: Waiter, at cell: OnceCell, on thread: ThreadRecord, inMainContext: Bool
+  ) -> Step {
+    OnceCell.withLock { held -> Step in
+      guard case .inFlight(let flight) = cell.phase(holding: held) else { return .done }
+      switch flight.arrive(waiter, on: thread.id, inMainContext: inMainContext, holding: held) {
+      case .reentrant: return .reentrant(flight.runner(holding: held)!.site)
+      case .drive(let first): return .drive(flight, first: first)
+      case .wait(let sendsHop): return .park(flight, hop: sendsHop)
+      case .runByAnotherThread(let runner):
+        Diagnostics.internalInconsistency(
+          "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
+      case .cancelled:
+        Diagnostics.internalInconsistency("a blocking caller arrived cancelled")
+      }
+    }
   }
+
+  // MARK: - Waiting without an attempt
 
   /// Blocks until `cell` is done, bringing no attempt: it never initializes. Outside main
   /// context the thread parks, as a blocking caller does. In main context, where no hop can run
@@ -134,26 +135,14 @@ enum MainQueueEngine {
     let waiter = Waiter(
       waitingAt: site, label: cell.label, kind: .thread(parking, thread.id),
       servesMainQueue: inMainContext, storage: cell.word)
-    let step = OnceCell.withLock { held -> WaitStep in
-      guard case .inFlight(let flight) = cell.phase(holding: held) else { return .done }
-      switch flight.arrive(waiter, on: thread.id, inMainContext: inMainContext, holding: held) {
-      case .reentrant: return .reentrant(flight.runner(holding: held)!.site)
-      case .drive(let first): return .serve(flight, first: first)
-      case .wait: return .park
-      case .runByAnotherThread(let runner):
-        Diagnostics.internalInconsistency(
-          "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
-      case .cancelled:
-        Diagnostics.internalInconsistency("a blocking wait arrived cancelled")
-      }
-    }
-    switch step {
+    switch arriveBlocking(waiter, at: cell, on: thread, inMainContext: inMainContext) {
     case .done: return
     case .reentrant(let runnerSite):
       reenter(cell, site: site, runnerSite: runnerSite, on: thread, waits: true)
     case .park:
+      // A wait never sends a hop: it brings no attempt for one to run.
       park(waiter, on: thread, parking: parking)
-    case .serve(let flight, let first):
+    case .drive(let flight, let first):
       drive(flight, from: first, on: thread)
       serve(until: waiter, on: thread, parking: parking)
     }
