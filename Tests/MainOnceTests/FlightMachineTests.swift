@@ -369,9 +369,11 @@ private struct Step {
     }
     // Once the token is freed, the flight's stall timer tells it so at each look: here, right
     // after every event (`Flight.strandedWaits`).
-    if world.storageIsFreed { world.flight?.storageFreed() }
+    var stranded: Set<Int> = []
+    if world.storageIsFreed { world.flight?.storageFreed { stranded.insert($0) } }
     // A caller leaves the queue unanswered only as a completion-form wait that nothing can
-    // answer any more: the token is freed, and no attempt is queued or running.
+    // answer any more: the token is freed, and no attempt is queued or running. The machine
+    // lets it go then, and says so.
     if let flight = world.flight {
       for caller in forms.indices
       where world.arrived[caller] && world.verdicts[caller] == nil
@@ -381,6 +383,9 @@ private struct Step {
           violations.append("caller \(caller) left the queue unanswered")
         }
       }
+    }
+    for caller in stranded where forms[caller] != .handlerWaiting || world.verdicts[caller] != nil {
+      violations.append("caller \(caller) was let go, though it is not an unanswered wait")
     }
     if let flight = world.flight, !flight.invariantHolds {
       violations.append("queued callers have no runner, no hop and no outcome")

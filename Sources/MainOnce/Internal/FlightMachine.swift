@@ -288,11 +288,14 @@ struct FlightMachine<Callers: FlightCallers> {
   /// its stall timer: repeated at each look. Its waits that never initialize, completion
   /// handlers (the others borrow the storage, so none is left), can no longer be answered once
   /// no attempt is queued or running: they leave the queue, never answered, and the flight
-  /// keeps nothing alive for them.
-  mutating func storageFreed() {
+  /// keeps nothing alive for them. `strand` is given each caller let go.
+  mutating func storageFreed(strand: (Caller) -> Void) {
     storageIsFreed = true
     guard outcome == nil, runner == nil, queuedAttempts == 0 else { return }
-    while let caller = callers.removeFirst() { callers.setPhase(.resolved, of: caller) }
+    while let caller = callers.removeFirst() {
+      callers.setPhase(.resolved, of: caller)
+      strand(caller)
+    }
   }
 
   /// A queued task's caller was cancelled: it leaves the queue unless its attempt has started
