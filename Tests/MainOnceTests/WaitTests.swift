@@ -108,6 +108,14 @@ private final class ReportLog: @unchecked Sendable {
   private let lock = NSLock()
   private var reports: [DeadlockReport] = []
 
+  /// A log of every report from here on, with a stall timeout of 100 ms: for an exit test.
+  static func recordingStalls() -> ReportLog {
+    let log = ReportLog()
+    DeadlockDetection.setStallTimeout(.milliseconds(100))
+    DeadlockDetection.reportHandler = { log.append($0) }
+    return log
+  }
+
   func append(_ report: DeadlockReport) {
     lock.lock()
     reports.append(report)
@@ -246,9 +254,7 @@ struct WaitTests {
   func strandedWaitsEndTheirStall() async {
     await #expect(processExitsWith: .success) {
       boundExitTest()
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
-      let log = ReportLog()
-      DeadlockDetection.reportHandler = { log.append($0) }
+      let log = ReportLog.recordingStalls()
       var holder: TokenHolder? = TokenHolder("stranded")
       holder!.token.wait(completionQueue: .global()) {}
       guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
@@ -411,20 +417,16 @@ struct WaitTests {
 
   @Test("a completion-form wait is named as a wait in its stall report")
   func completionFormWaitIsNamedInItsStall() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
-      DeadlockDetection.reportHandler = { report in
-        FileHandle.standardError.write(Data((report.text + "\n").utf8))
-        exit(0)
-      }
+      exitAtTheFirstStallReport()
       WaitTokens.handlerWaited.wait(completionQueue: .global()) {}
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(5))
-      exit(1)
+      exit(0)
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
-      text.contains("a completion handler has waited")
+      text.contains("REPORT MainOnce: a completion handler has waited")
         && text.contains("in MainOnceToken.wait() at MainOnceTests/WaitTests.swift:"), "\(text)")
     #expect(text.contains("no caller has brought the initializer"), "\(text)")
   }
@@ -433,9 +435,7 @@ struct WaitTests {
   func asyncLazyWaitStallOutlivesAThrow() async {
     await #expect(processExitsWith: .success) {
       boundExitTest()
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
-      let log = ReportLog()
-      DeadlockDetection.reportHandler = { log.append($0) }
+      let log = ReportLog.recordingStalls()
       let waited = DispatchSemaphore(value: 0)
       Task.detached {
         guard try await WaitTokens.flaky.wait() == 7 else { exit(5) }
