@@ -59,7 +59,7 @@ struct EngineSoundnessTests {
     #expect(outcome.verdict.hasPrefix("PASS"), sourceLocation: sourceLocation)
   }
 
-  // MARK: Bug 1: early return at a reused address
+  // MARK: early return at a reused address
 
   @Test(
     "a hop left over by an in-place run does not answer a new token at the same address",
@@ -82,7 +82,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
-  // MARK: Bug 2: writes after the owner is gone
+  // MARK: writes after the owner is gone
 
   @Test(
     "a completion handler may release the token's owner; MainOnce does not write to it after",
@@ -98,7 +98,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
-  // MARK: Bug 3: callers left blocked
+  // MARK: callers left blocked
 
   @Test(
     "a worker in its hop returns once main-queue code has run the token in place",
@@ -121,7 +121,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
-  // MARK: Bug 4: fallback mode
+  // MARK: fallback mode
 
   @Test(
     "without queue introspection, onceOnMain inside a runOnce body still runs in main context",
@@ -130,7 +130,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase, environment: ["MAINONCE_QUEUE_INTROSPECTION": "off"])
   }
 
-  // MARK: Bug 7: lost cancellations
+  // MARK: lost cancellations
 
   @Test("async callers cancelled at random moments around their await all end promptly")
   func cancellationStorm() async throws {
@@ -224,7 +224,7 @@ private final class BuildGate: @unchecked Sendable {
 
 @Suite("Self-waits stop, and freed tokens and answered callers leave nothing behind")
 struct EngineSoundnessInProcessTests {
-  // MARK: Bug 5
+  // MARK: Awaiting its own value while building
 
   @Test("an AsyncMainLazy builder that awaits its own value stops with a message")
   func asyncLazyAwaitingItself() async {
@@ -260,7 +260,7 @@ struct EngineSoundnessInProcessTests {
     #expect(!text.contains("awaited its own value while building it"), "\(text)")
   }
 
-  // MARK: Bug 6
+  // MARK: runOnce reached from deinit
 
   /// Either the call site runs once per lifetime, also when `deinit` reaches it, or MainOnce
   /// stops the process with a message naming the call site. The child exits with a failure in
@@ -286,7 +286,7 @@ struct EngineSoundnessInProcessTests {
     #expect(ranOnce || stoppedAtCallSite, "\(text)")
   }
 
-  // MARK: Bug 7: AsyncMainLazy bookkeeping
+  // MARK: AsyncMainLazy bookkeeping
 
   /// Callers are cancelled right as the build finishes, so that many cancellation handlers run
   /// after their caller was already resumed with the value. Once every caller has returned, the
