@@ -12,8 +12,8 @@ internal import _CMainOnceShims
 /// (the decisions), this file (performing them), `MainContext.swift` and
 /// `Internal/QueueOwnership.swift` (whether the caller holds the main queue) and
 /// `Internal/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
-/// worker under `dispatchMain()`, first use in the process included, counts 17 files and 619
-/// lines in a debug build, 598 in release (Swift 6.3.1): the rest are the lock, the platform's
+/// worker under `dispatchMain()`, first use in the process included, counts 17 files and 621
+/// lines in a debug build, 600 in release (Swift 6.3.1): the rest are the lock, the platform's
 /// clock and thread id, the wait board, labels and settings, and no line of the deadlock
 /// detector, of the tracked waits or of the per-object cells. A parked caller
 /// publishes its wait on the `WaitBoard` (a store) and parks for `WaitBoard.grace`; only a wait
