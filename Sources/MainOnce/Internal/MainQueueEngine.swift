@@ -25,9 +25,10 @@ internal import _CMainOnceShims
 /// context: run the queued attempts in arrival order until one succeeds or none is left (a hop
 /// from main context would trap in libdispatch). **Wait**, elsewhere: park, suspend, or keep a
 /// completion handler, after sending a hop (an async block on the main queue, which drives the
-/// flight) unless someone runs it or a hop is on its way. Whoever finishes the flight resolves every caller under the lock, then wakes
-/// them. A hop is never `main.sync`: nobody is stuck inside one, so a flight finished some other
-/// way still releases every caller, and a late hop finds nothing to do.
+/// flight) unless someone runs it or a hop is on its way. Whoever finishes the flight resolves
+/// every caller under the lock, then wakes them. A hop is never `main.sync`: nobody is stuck
+/// inside one, so a flight finished some other way still releases every caller, and a late hop
+/// finds nothing to do.
 enum MainQueueEngine {
   // MARK: - Blocking callers
 
