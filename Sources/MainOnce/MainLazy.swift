@@ -71,9 +71,9 @@ internal import _CMainOnceShims
 /// `MainLazy` ends elsewhere is destroyed only if the main queue is served).
 ///
 /// - Warning: Reading `value` from outside main context blocks until the main queue has built
-///   it (``get()`` suspends instead), and deadlocks if the main queue is waiting for the reading thread; see
-///   ``onceOnMain(token:file:line:_:)``. Reading `value` inside its own builder stops the
-///   process with a message.
+///   it (``get()`` suspends instead), and deadlocks if the main queue is waiting for the
+///   reading thread; see ``onceOnMain(token:file:line:_:)``. Reading `value` inside its own
+///   builder stops the process with a message.
 @_staticExclusiveOnly
 public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// Odd until built, then the address of the built value. Written only by MainOnce.

@@ -56,8 +56,8 @@
 ///   deadlocks if the main queue is waiting for the calling thread: for example when main-queue
 ///   code waits on a semaphore that this thread would signal afterwards. MainOnce stops with a
 ///   report when it can prove the cycle (see `DispatchSemaphore.wait(for:)`), and reports a
-///   wait it cannot see into once it has lasted the stall timeout. Calling the same token from inside its own initializer stops
-///   the process with a message that names both call sites.
+///   wait it cannot see into once it has lasted the stall timeout. Calling the same token from
+///   inside its own initializer stops the process with a message that names both call sites.
 ///
 /// - Parameters:
 ///   - token: The token that records whether the initializer has run.

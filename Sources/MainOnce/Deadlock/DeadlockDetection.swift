@@ -19,9 +19,9 @@ internal import Synchronization
 ///   by a wait slice that began after the deadlock was seen and timed out. Such a deadlock is
 ///   stopped (``cycleResponse``) within about 100 ms of forming, whichever thread closes it,
 ///   with a report that lists every wait. `/proc` plays no part.
-/// - **A deadlock through a wait MainOnce cannot see into** (a ``withTrackedWait(for:file:line:_:)``
-///   closure, a wait with a deadline) is reported once ("MainOnce: possible deadlock"), and
-///   waiting goes on.
+/// - **A deadlock through a wait MainOnce cannot see into** (a
+///   ``withTrackedWait(for:file:line:_:)`` closure, a wait with a deadline) is reported once
+///   ("MainOnce: possible deadlock"), and waiting goes on.
 /// - **A stall**: once the callers of an initializer that runs in main context, in any form
 ///   (blocked threads, suspended tasks, completion handlers), have waited ``stallTimeout``, it is
 ///   reported once, with what the thread in the way is doing, read from `/proc/self/task/<tid>`

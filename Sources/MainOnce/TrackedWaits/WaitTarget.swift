@@ -70,8 +70,8 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
     return WaitTarget(kind: .queue(queue))
   }
 
-  /// A new, named unit of work. Run the work inside ``perform(file:line:_:)`` on whatever thread does
-  /// it, and wait for the target where you wait for the work.
+  /// A new, named unit of work. Run the work inside ``perform(file:line:_:)`` on whatever
+  /// thread does it, and wait for the target where you wait for the work.
   public static func work(_ name: String) -> WaitTarget {
     WaitTarget(
       kind: .work(WorkID(rawValue: nextWorkID.add(1, ordering: .relaxed).newValue), name: name))
