@@ -141,18 +141,22 @@ struct PerObjectTests {
     }.start()
     guard await wait(for: started) else { return }
     defer { release.signal() }
-    let second = Task.detached {
-      await onThread {
-        attempt(
-          for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
-      }
-    }
+    // A thread of its own, as the first caller's: a task would need the cooperative pool,
+    // which a loaded machine's other tests may keep busy past the bound below.
+    let secondThrew = Atomic(true)
+    let secondReturned = DispatchSemaphore(value: 0)
+    Thread {
+      let threw = attempt(
+        for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
+      secondThrew.store(threw, ordering: .releasing)
+      secondReturned.signal()
+    }.start()
     // Let the second caller queue up behind the failing body before it fails.
     let queued = await eventually { waitingCallers(labelContaining: label) == 1 }
     #expect(queued)
     release.signal()
-    let secondThrew = await second.value
-    #expect(secondThrew == false)
+    guard await wait(for: secondReturned) else { return }
+    #expect(secondThrew.load(ordering: .acquiring) == false)
     guard await wait(for: firstReturned) else { return }
     let firstDidThrow = firstThrew.load(ordering: .acquiring)
     #expect(firstDidThrow)
