@@ -94,6 +94,23 @@ private func attempt(
   }
 }
 
+/// A call of `attempt` on a thread of its own, and whether it threw, once `returned` is
+/// signalled. Not a task: a task needs the cooperative pool, which a loaded machine's other tests
+/// may keep busy past a test's bounds.
+private final class CallerThread: Sendable {
+  let returned = DispatchSemaphore(value: 0)
+  private let didThrow = Atomic(false)
+
+  var threw: Bool { didThrow.load(ordering: .acquiring) }
+
+  init(_ call: @escaping @Sendable () -> Bool) {
+    Thread { [self] in
+      didThrow.store(call(), ordering: .releasing)
+      returned.signal()
+    }.start()
+  }
+}
+
 private final class Tracked {
   let deinitialized: Recorder<Bool>
   init(_ deinitialized: Recorder<Bool>) { self.deinitialized = deinitialized }
@@ -131,34 +148,22 @@ struct PerObjectTests {
     let ran = Recorder<Int>()
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)
-    let firstThrew = Atomic(false)
-    let firstReturned = DispatchSemaphore(value: 0)
-    Thread {
-      let threw = attempt(
-        for: object, onMain: onMain, caller: 0, ran: ran, started: started, release: release)
-      firstThrew.store(threw, ordering: .releasing)
-      firstReturned.signal()
-    }.start()
+    let first = CallerThread {
+      attempt(for: object, onMain: onMain, caller: 0, ran: ran, started: started, release: release)
+    }
     guard await wait(for: started) else { return }
     defer { release.signal() }
-    // A thread of its own, as the first caller's: a task would need the cooperative pool,
-    // which a loaded machine's other tests may keep busy past the bound below.
-    let secondThrew = Atomic(true)
-    let secondReturned = DispatchSemaphore(value: 0)
-    Thread {
-      let threw = attempt(
-        for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
-      secondThrew.store(threw, ordering: .releasing)
-      secondReturned.signal()
-    }.start()
+    let second = CallerThread {
+      attempt(for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
+    }
     // Let the second caller queue up behind the failing body before it fails.
     let queued = await eventually { waitingCallers(labelContaining: label) == 1 }
     #expect(queued)
     release.signal()
-    guard await wait(for: secondReturned) else { return }
-    #expect(secondThrew.load(ordering: .acquiring) == false)
-    guard await wait(for: firstReturned) else { return }
-    let firstDidThrow = firstThrew.load(ordering: .acquiring)
+    guard await wait(for: second.returned) else { return }
+    #expect(second.threw == false)
+    guard await wait(for: first.returned) else { return }
+    let firstDidThrow = first.threw
     #expect(firstDidThrow)
     #expect(ran.recorded == [0, 1])
   }
