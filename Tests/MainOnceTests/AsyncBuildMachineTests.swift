@@ -30,7 +30,7 @@ struct AsyncBuildMachineTests {
   func tableIsTheMachinesTransitions() throws {
     let observed = AsyncBuildModel.explore(callers: 3).transitions
       .union(AsyncBuildModel.explore(callers: 2, waiters: 2).transitions)
-    let source = try packageFile("Sources/MainOnce/Internal/AsyncBuildMachine.swift")
+    let source = try packageFile("Sources/MainOnce/Engine/AsyncBuildMachine.swift")
     let inSource = Model.Transition.rows(in: source, linePrefix: "// ")
     #expect(inSource == observed, "missing: \(observed.subtracting(inSource))")
   }

@@ -45,7 +45,7 @@ struct FlightMachineTests {
   func tablesAreTheMachinesTransitions() throws {
     var observed = Set<Model.Transition>()
     for forms in Model.Form.mixes(upTo: 3) { observed.formUnion(Model.explore(forms).transitions) }
-    let machine = try packageFile("Sources/MainOnce/Internal/FlightMachine.swift")
+    let machine = try packageFile("Sources/MainOnce/Engine/FlightMachine.swift")
     let article = try packageFile("Sources/MainOnce/MainOnce.docc/HowATokenMoves.md")
     let inSource = Model.Transition.rows(in: machine, linePrefix: "// ")
     let inArticle = Model.Transition.rows(in: article, linePrefix: "")

@@ -17,7 +17,7 @@ struct RunOnceMachineTests {
   @Test("the table in the source is the transitions the machine makes")
   func tableIsTheMachinesTransitions() throws {
     let observed = RunOnceModel.explore(callers: 3).transitions
-    let source = try packageFile("Sources/MainOnce/Internal/RunOnceMachine.swift")
+    let source = try packageFile("Sources/MainOnce/PerObject/RunOnceMachine.swift")
     let inSource = Model.Transition.rows(in: source, linePrefix: "// ")
     #expect(inSource == observed, "missing: \(observed.subtracting(inSource))")
   }

@@ -1,3 +1,11 @@
+// Deadlock detection: the wait-for graph, the proofs that stop a process, stalls and what the
+// thread in the way is doing. This room owns the public settings (this file), the detector that a
+// wait which outlived its grace calls (`Detector.swift`), the graph (`WaitGraph.swift`), the
+// findings (`DeadlockReport+Findings.swift`), stalls and `/proc` samples (`Stall.swift`,
+// `ThreadSampler.swift`, `MainRunLoop.swift`) and the read-only views it takes of a wait
+// (`BlockingWait.swift`). It reads the engine only through `Engine/WaitBoard.swift` and those
+// views, and never drives it; it calls `Platform/` and `Reporting/`, and reads whether
+// `MainQueueDriver` is in use.
 internal import Synchronization
 
 /// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe.

@@ -1,7 +1,10 @@
-// Reports: the one type every finding and warning of MainOnce's takes on its way to the report
-// handler or to standard error, and its delivery. The deadlock detector makes the findings
-// (Deadlock/DeadlockReport+Findings.swift); settings, queue introspection and MainQueueDriver
-// make warnings.
+// Reporting: what MainOnce says. This room owns the one type every finding and warning of
+// MainOnce's takes on its way to the report handler or to standard error, and its delivery (this
+// file); the crash messages for misuse (`Diagnostics.swift`); and the names those use for a call
+// site (`CallSite.swift`) and for a cell (`CellLabel.swift`). The deadlock detector makes the
+// findings (`Deadlock/DeadlockReport+Findings.swift`); settings, queue introspection and
+// `MainQueueDriver` make warnings. It calls `Platform/` (standard error, a queue to deliver on)
+// and reads `DeadlockDetection`'s report handler.
 internal import Dispatch
 
 /// A finding of MainOnce's deadlock detector, or a warning of MainOnce's, as delivered to a

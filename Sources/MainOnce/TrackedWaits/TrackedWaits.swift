@@ -1,3 +1,8 @@
+// Tracked waits: blocking waits of the user's own (semaphores, groups, `trackedSync`, a closure)
+// that the deadlock detector can see. This room owns them (this file) and the targets they wait
+// for (`WaitTarget.swift`). It publishes on `Engine/WaitBoard.swift`, runs queued engine attempts
+// in place while a wait in main context serves them (`Servicing`), calls the detector before
+// blocking where the owner already waits, and calls `Platform/` and `Reporting/`.
 public import Dispatch
 internal import Synchronization
 

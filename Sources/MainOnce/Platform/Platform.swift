@@ -1,3 +1,9 @@
+// Platform facts: what the rest of MainOnce asks the system and libdispatch. This room owns
+// thread ids, the clock and the environment (this file), MainOnce's environment variables
+// (`Settings.swift`), locks (`Lock.swift`) and who holds the main queue, read from libdispatch's
+// lock word (`QueueOwnership.swift`), with the C shim `_CMainOnceShims` under them. It calls
+// no other room but `Reporting/`, for warnings and crash messages (and `Settings.swift` parses
+// `Deadlock/`'s response type).
 internal import _CMainOnceShims
 
 #if canImport(Glibc)

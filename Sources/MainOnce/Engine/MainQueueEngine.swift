@@ -1,3 +1,15 @@
+// The engine: once-cells whose attempts run in main context, and the threads that wait for them.
+// This room owns the state word (`OnceCell.swift`), a flight's state machine
+// (`FlightMachine.swift`) and the flight that performs it with its callers (`Flight.swift`), each
+// thread's record and parking (`ThreadRecord.swift`), the board where waiting threads publish their
+// waits (`WaitBoard.swift`), the `AsyncMainLazy` build's machine, and how an attempt enters the
+// main actor's isolation. It calls `Platform/` (locks, the clock, thread ids, who holds the main
+// queue), `MainContext.swift` and `Reporting/` (names and crash messages). It calls the deadlock
+// detector only for a wait that outlived its grace, or a stall it reported that ends (`Detector` in
+// `Deadlock/`), and gives it read-only views of its waits (`OnceCell+Detector.swift` conforms them
+// to `Deadlock/BlockingWait.swift`). A thread's record also keeps that thread's per-object cell
+// cache and tracked waits, for `PerObject/` and `TrackedWaits/`; a wait in main context that serves
+// queued attempts runs them through `TrackedWaits/` (`Servicing`).
 internal import Dispatch
 internal import Synchronization
 internal import _CMainOnceShims
@@ -7,11 +19,11 @@ internal import _CMainOnceShims
 /// (`FlightMachine.swift`) decides, under the engine's lock (``OnceCell/withLock(_:)``).
 ///
 /// A blocking first call, from `onceOnMain(token:)` to its return, goes through
-/// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Internal/OnceCell.swift`
-/// (the word), `Internal/Flight.swift` (the flight and its callers), `Internal/FlightMachine.swift`
+/// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Engine/OnceCell.swift`
+/// (the word), `Engine/Flight.swift` (the flight and its callers), `Engine/FlightMachine.swift`
 /// (the decisions), this file (performing them), `MainContext.swift` and
-/// `Internal/QueueOwnership.swift` (whether the caller holds the main queue) and
-/// `Internal/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
+/// `Platform/QueueOwnership.swift` (whether the caller holds the main queue) and
+/// `Engine/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
 /// worker under `dispatchMain()`, first use in the process included, counts 17 files and 621
 /// lines in a debug build, 600 in release (Swift 6.3.1): the rest are the lock, the platform's
 /// clock and thread id, the wait board, labels and settings, and no line of the deadlock

@@ -1,7 +1,8 @@
 internal import Synchronization
 
-// Counters for MainOnce's own tests, and one switch, and only for them: not API, and not in the
-// library that packages depending on MainOnce build in release.
+// For tests only, in a room of its own: counters for MainOnce's own tests, and one switch, and
+// only for them: not API, and not in the library that packages depending on MainOnce build in
+// release.
 //
 // Where they exist: in debug builds (`DEBUG`, which SwiftPM defines), which is how `swift test`
 // and the ThreadSanitizer run build the tests and the fixture processes, and in release builds
