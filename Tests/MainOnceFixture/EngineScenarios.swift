@@ -193,7 +193,7 @@ func widgetSite(_ widget: Widget, _ body: @Sendable () throws(Boom) -> Void) thr
   try onceOnMain(for: widget) { () throws(Boom) in try body() }
 }
 
-// MARK: - early return at a reused address
+// MARK: - Early return at a reused address
 
 /// Leaves a hop over, and returns a new owner at the address of the one it was sent for.
 ///
@@ -403,7 +403,7 @@ private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
   serveMainQueue(with: driver)
 }
 
-// MARK: - writes after the owner is gone
+// MARK: - Writes after the owner is gone
 
 /// Runs off the main queue.
 ///
@@ -513,7 +513,7 @@ private func runOwnersReleasedInFlight() {
   }
 }
 
-// MARK: - callers left blocked
+// MARK: - Callers left blocked
 
 enum EngineTokens {
   static let inPlace = MainOnceToken("in place while a worker hops")
@@ -612,7 +612,7 @@ private func concurrentPerformScenario() {
   verdict(tally["runs"] == 1 && tally["workerIterations"] > 0, tally.summary)
 }
 
-// MARK: - fallback mode
+// MARK: - Fallback mode
 
 /// Runs off the main queue; needs `MAINONCE_QUEUE_INTROSPECTION=off`. With `mainCaller`, a
 /// main-queue block calls the same token while the nested call's initializer runs.
@@ -646,7 +646,7 @@ private func runFallbackRunOnceNesting(mainCaller: Bool) {
   verdict(tally["runs"] == 1 && tally["outsideMainContext"] == 0, tally.summary)
 }
 
-// MARK: - lost cancellations
+// MARK: - Lost cancellations
 
 /// Runs off the main queue. Up to five storms, each on a fresh token, stopping at the first
 /// that loses a cancellation.

@@ -59,7 +59,7 @@ struct EngineSoundnessTests {
     #expect(outcome.verdict.hasPrefix("PASS"), sourceLocation: sourceLocation)
   }
 
-  // MARK: early return at a reused address
+  // MARK: Early return at a reused address
 
   @Test(
     "a hop left over by an in-place run does not answer a new token at the same address",
@@ -82,7 +82,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
-  // MARK: writes after the owner is gone
+  // MARK: Writes after the owner is gone
 
   @Test(
     "a completion handler may release the token's owner; MainOnce does not write to it after",
@@ -98,7 +98,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
-  // MARK: callers left blocked
+  // MARK: Callers left blocked
 
   @Test(
     "a worker in its hop returns once main-queue code has run the token in place",
@@ -121,7 +121,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase)
   }
 
-  // MARK: fallback mode
+  // MARK: Fallback mode
 
   @Test(
     "without queue introspection, onceOnMain inside a runOnce body still runs in main context",
@@ -130,7 +130,7 @@ struct EngineSoundnessTests {
     try await expectPass(testCase, environment: ["MAINONCE_QUEUE_INTROSPECTION": "off"])
   }
 
-  // MARK: lost cancellations
+  // MARK: Lost cancellations
 
   @Test("async callers cancelled at random moments around their await all end promptly")
   func cancellationStorm() async throws {

@@ -228,9 +228,9 @@ final class Flight: @unchecked Sendable {
 
   /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed(strand:)``), and
   /// returns the completion-form waits that nothing can answer any more, which it has let go:
-  /// release them after the lock. A look of the flight's stall timer asks: a flight with such a wait has
-  /// one running, started by the first caller that does not block, and stopped (and forgotten,
-  /// so that the next such caller starts one again) only once no caller is left.
+  /// release them after the lock. A look of the flight's stall timer asks: a flight with such a
+  /// wait has one running, started by the first caller that does not block, and stopped (and
+  /// forgotten, so that the next such caller starts one again) only once no caller is left.
   func strandedWaits(holding _: borrowing OnceCell.Held) -> [Waiter] {
     guard storageIsGone.load(ordering: .acquiring) else { return [] }
     var stranded: [Waiter] = []
