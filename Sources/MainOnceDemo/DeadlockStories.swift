@@ -27,19 +27,19 @@ enum DeadlockStory: String, CaseIterable {
     switch self {
     case .cycle:
       DispatchQueue.main.async {
-        let worker = WaitTarget.work("thumbnail worker")
+        let worker = DispatchQueue(label: "thumbnail worker")
         let done = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-          worker.perform { _ = Services.stack.value }
+        worker.async {
+          _ = Services.stack.value
           done.signal()
         }
-        done.wait(for: worker)
+        done.wait(for: .queue(worker))
         // Reached only with MAINONCE_DEADLOCK=service: the wait ran the builder in place.
         say("the main queue built the stack while it waited for the worker; the story ends")
         exit(0)
       }
     case .stall, .abort:
-      if self == .abort { DeadlockDetection.stallResponse = .abort }
+      if self == .abort { DeadlockDetection.stalls = .abort() }
       DispatchQueue.main.async {
         let done = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "_CMainOnceShims.h"
@@ -311,10 +312,38 @@ bool mainonce_heavy_barrier(void) {
   return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
+// DISPATCH_QUEUE_OVERCOMMIT, libdispatch's private flag for the overcommit root queues.
+static const unsigned long OvercommitFlag = 0x2ul;
+
+// dispatch_get_current_queue() returns the queue whose work the calling thread runs, and on a
+// thread that runs none, the default-priority overcommit root queue (the same in every
+// libdispatch since Swift 5: `_dispatch_queue_get_current_or_default`). Work is never run on
+// that root queue itself but by MainOnce (which uses a queue of its own, below) or by C code
+// that passes libdispatch's private overcommit flag: those alone read as a thread of the
+// program's own.
+bool mainonce_runs_dispatch_work(void) {
+  return dispatch_get_current_queue() != dispatch_get_global_queue(0, OvercommitFlag);
+}
+
+extern struct dispatch_queue_attr_s _dispatch_queue_attr_concurrent;
+static struct dispatch_queue_s *own_queue;
+
+static void make_own_queue(void) {
+  own_queue = dispatch_queue_create("MainOnce", &_dispatch_queue_attr_concurrent);
+  dispatch_set_target_queue(own_queue, dispatch_get_global_queue(0, OvercommitFlag));
+}
+
 void mainonce_async_overcommit(uint64_t delay, void *context,
                                void (*work)(void *_Nullable context)) {
-  // DISPATCH_QUEUE_OVERCOMMIT, libdispatch's private flag for the overcommit root queues.
-  struct dispatch_queue_s *queue = dispatch_get_global_queue(0, 0x2ull);
+  // A queue of MainOnce's own, so that its handlers and timers read as dispatch work
+  // (mainonce_runs_dispatch_work), not as a thread of the program's.
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  int status = pthread_once(&once, make_own_queue);
+  if (status != 0 || own_queue == NULL) {
+    fprintf(stderr, "MainOnce: internal inconsistency: no queue of its own (%d)\n", status);
+    abort();
+  }
+  struct dispatch_queue_s *queue = own_queue;
   if (delay == 0) {
     dispatch_async_f(queue, context, work);
   } else {

@@ -8,9 +8,9 @@ import Synchronization
 /// Scenarios for the deadlock detector: `MainOnceFixture deadlock <scenario>`.
 /// Those that end print `PASS …`; those that MainOnce must stop never print it.
 enum DeadlockScenario: String, CaseIterable {
-  /// Main-queue code waits for work that then calls `onceOnMain`.
+  /// Main-queue code waits for a serial queue whose work then calls `onceOnMain`.
   case trackedCycleMainFirst
-  /// Work blocks in `onceOnMain`; then main-queue code waits for it.
+  /// A serial queue's work blocks in `onceOnMain`; then main-queue code waits for the queue.
   case trackedCycleWorkerFirst
   /// Like `trackedCycleMainFirst`, but the main queue's thread computes for 60 ms inside its
   /// tracked wait before it blocks: the cycle is proven once it sleeps there.
@@ -86,8 +86,8 @@ enum DeadlockScenario: String, CaseIterable {
   case manyWaiters
   /// A stall timeout of an hour is lowered to 100 ms in code while a caller waits.
   case loweredStallTimeout
-  /// A token's initializer, on the main queue, waits (tracked) for work that waits for the
-  /// token without initializing it.
+  /// A token's initializer, on the main queue, waits (tracked) for a serial queue whose work
+  /// waits for the token without initializing it.
   case waitCycle
   /// A thread waits 2.5 s for a token nobody initializes; then the main thread initializes it.
   case waitWithoutInitializer
@@ -107,30 +107,30 @@ enum DeadlockScenario: String, CaseIterable {
       if self == .cycleToHandler {
         DeadlockDetection.reportHandler = printHeadline
       }
-      let loader = WaitTarget.work("loader")
+      let loader = DispatchQueue(label: "loader")
       let done = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         let mainQueueThread = KernelThread.current
-        Thread {
+        loader.async {
           // Once the main queue's thread sleeps in its wait (bounded: if it never does, the
           // test finds no report).
           _ = waitUntil { KernelThread.isAsleep(mainQueueThread) }
-          loader.perform { onceOnMain(token: Tokens.token) {} }
+          onceOnMain(token: Tokens.token) {}
           done.signal()
-        }.start()
-        done.wait(for: loader)
+        }
+        done.wait(for: .queue(loader))
         verdict(true, "the cycle went unnoticed")
       }
     case .trackedCycleWorkerFirst:
-      let loader = WaitTarget.work("loader")
+      let loader = DispatchQueue(label: "loader")
       let done = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
-        Thread {
-          loader.perform { onceOnMain(token: Tokens.token) {} }
+        loader.async {
+          onceOnMain(token: Tokens.token) {}
           done.signal()
-        }.start()
+        }
         _ = waitUntilParked()  // the worker is blocked in its hop
-        done.wait(for: loader)
+        done.wait(for: .queue(loader))
         verdict(true, "the cycle went unnoticed")
       }
     case .trackedCycleMainRunsFirst, .trackedCycleMainRunsAndCloses, .runningTrackedWait,
@@ -239,8 +239,7 @@ enum DeadlockScenario: String, CaseIterable {
         callAndFinish()  // waits for the slow initializer
       }.start()
     case .configuredInCode:
-      DeadlockDetection.stallResponse = .abort
-      DeadlockDetection.setStallTimeout(.milliseconds(300))
+      DeadlockDetection.stalls = .abort(after: .milliseconds(300))
       DeadlockDetection.reportHandler = printHeadline
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
@@ -361,7 +360,7 @@ enum DeadlockScenario: String, CaseIterable {
         callAndFinish()
       }.start()
     case .loweredStallTimeout:
-      DeadlockDetection.setStallTimeout(.seconds(3_600))
+      DeadlockDetection.stalls = .report(after: .seconds(3_600))
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
@@ -370,21 +369,21 @@ enum DeadlockScenario: String, CaseIterable {
           // The watchdog, started by the caller, sleeps for an hour by now; if it has not got
           // that far, its first round reads the lowered timeout, and the test proves less.
           usleep(300_000)
-          DeadlockDetection.setStallTimeout(.milliseconds(100))
+          DeadlockDetection.stalls = .report(after: .milliseconds(100))
         }.start()
         _ = never.wait(timeout: .now() + TimeScale.seconds(3))
       }
     case .waitCycle:
-      let loader = WaitTarget.work("loader")
+      let loader = DispatchQueue(label: "loader")
       let done = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         onceOnMain(token: Tokens.token) {
-          Thread {
-            loader.perform { Tokens.token.wait() }
+          loader.async {
+            Tokens.token.wait()
             done.signal()
-          }.start()
+          }
           _ = waitUntilParked()  // the worker is blocked in its wait
-          done.wait(for: loader)
+          done.wait(for: .queue(loader))
         }
         verdict(true, "the cycle went unnoticed")
       }
@@ -444,13 +443,13 @@ private func runOnceSlowly(for object: AnyObject, running: DispatchSemaphore) {
 /// that its report lists every caller however long they took to arrive: the stall timeout is an
 /// hour until then, and the default, a second, from then on (a new timeout applies at once).
 private func lookOnceParked(_ count: Int) {
-  let defaultTimeout = DeadlockDetection.stallTimeout
-  DeadlockDetection.setStallTimeout(.seconds(3_600))
+  let defaults = DeadlockDetection.stalls
+  DeadlockDetection.stalls = .report(after: .seconds(3_600))
   Thread {
     guard waitUntilParked(count) else {
       verdict(false, "only \(Instrumentation.parkedThreads) of \(count) callers parked")
     }
-    DeadlockDetection.setStallTimeout(defaultTimeout)
+    DeadlockDetection.stalls = defaults
   }.start()
 }
 

@@ -54,8 +54,8 @@ enum DetectorScenario: String, CaseIterable {
   /// in a raw semaphore wait while a worker waits in `onceOnMain`; the report handler lowers
   /// the stall timeout to 100 ms at the first report. The process is stopped.
   case loweredStallTimeoutAfterReport
-  /// Main-queue code waits in `semaphore.wait(for: worker)`; then the worker waits in
-  /// `semaphore.wait(for: mainQueue)`, closing a cycle of untimed tracked waits. Must stop,
+  /// Main-queue code waits in `semaphore.wait(for: .queue(worker))`; then the serial queue's
+  /// work waits in `semaphore.wait(for: .queue(.main))`, closing a cycle of untimed tracked waits. Must stop,
   /// whether MainOnce may read `/proc` or not (`MAINONCE_PROC=off`).
   case cycleClosedByWorker
   /// Under `service`, 100 rounds: main-queue code waits for a worker that signals once the main
@@ -80,6 +80,24 @@ enum DetectorScenario: String, CaseIterable {
   /// As `idleAfterFirstCall`, with a bare `DispatchQueue.main.async` and a semaphore instead of
   /// `onceOnMain`: the same program without MainOnce.
   case idleWithoutMainOnce
+  /// Waits whose targets are not a closed set of threads, each run `FIXTURE_ROUNDS` times (2 by
+  /// default), each round with a fresh token: every one must end, and the process exit 0.
+  /// `FIXTURE_HOGS=<n>` starts n threads that only spin, beside them. In each, main-queue code
+  /// waits with `done.wait(for: job)`, and a performer of `job` blocks in `onceOnMain`; a
+  /// second performer enters `perform` 150 ms after the wait began and signals at 250 ms, inside
+  /// it.
+  case laterPerformer
+  /// As `laterPerformer`, waiting with `group.wait(for: job)`; the second performer leaves the
+  /// group at 250 ms.
+  case laterPerformerGroup
+  /// As `laterPerformer`, but the second performer runs `perform` from 0 to 100 ms, and
+  /// signals at 250 ms, after `perform` returned.
+  case signalAfterPerform
+  /// A job on a serial queue captures `WaitTarget.currentThread` and hands it to main-queue
+  /// code, which waits for it; the queue's next job, on the same thread, blocks in `onceOnMain`,
+  /// while another job signals at 250 ms. Prints how many rounds ran the next job on the
+  /// captured thread: `PASS … sameThread=<n>/<rounds>`.
+  case poolThreadTarget
   /// A report handler is set before MainOnce reads its settings, which the test makes one it
   /// does not understand: the warning must reach the handler, as a `warning` report, and not
   /// standard error. Prints `HANDLER …` on standard output, only there.
@@ -95,7 +113,11 @@ enum DetectorScenario: String, CaseIterable {
     if ProcessInfo.processInfo.environment["FIXTURE_REPORT_HANDLER"] == "1" {
       DeadlockDetection.reportHandler = printReport
     }
+    let hogs = ProcessInfo.processInfo.environment["FIXTURE_HOGS"].flatMap { Int($0) } ?? 0
+    for _ in 0..<hogs { Thread { while true {} }.start() }
     switch self {
+    case .laterPerformer, .laterPerformerGroup, .signalAfterPerform, .poolThreadTarget:
+      runOpenTargetRounds(self)
     case .helperPerformsTheJob, .helperPerformsTheJobGroup:
       let job = WaitTarget.work("job")
       Thread {
@@ -195,12 +217,11 @@ enum DetectorScenario: String, CaseIterable {
       }.start()
     case .raisedStallTimeout, .loweredStallTimeoutAfterReport:
       let raises = self == .raisedStallTimeout
-      DeadlockDetection.stallResponse = .abort
-      DeadlockDetection.setStallTimeout(raises ? .milliseconds(300) : .seconds(3))
+      DeadlockDetection.stalls = .abort(after: raises ? .milliseconds(300) : .seconds(3))
       let reported = Atomic(false)
       DeadlockDetection.reportHandler = { report in
         if report.kind == .stall, !reported.exchange(true, ordering: .relaxed) {
-          DeadlockDetection.setStallTimeout(raises ? .seconds(10) : .milliseconds(100))
+          DeadlockDetection.stalls = .abort(after: raises ? .seconds(10) : .milliseconds(100))
         }
         printReport(report)
       }
@@ -212,26 +233,25 @@ enum DetectorScenario: String, CaseIterable {
         _ = never.wait(timeout: .now() + (raises ? min(TimeScale.seconds(2), 5) : 30))
       }
     case .cycleClosedByWorker:
-      let worker = WaitTarget.work("worker")
+      let worker = DispatchQueue(label: "worker")
       let waits = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
-        let mainQueue = WaitTarget.queue(.main)
         let never = DispatchSemaphore(value: 0)
         let neither = DispatchSemaphore(value: 0)
-        Thread {
+        worker.async {
           // Once main-queue code is in its wait: without `/proc`, a fixed pause after it
           // says it is about to wait.
           _ = waits.wait(timeout: .now() + TimeScale.seconds(10))
           usleep(TimeScale.microseconds(200_000))
-          worker.perform { neither.wait(for: mainQueue) }
+          neither.wait(for: .queue(.main))
           verdict(true, "the worker's wait returned")
-        }.start()
+        }
         waits.signal()
-        never.wait(for: worker)
+        never.wait(for: .queue(worker))
         verdict(true, "the cycle went unnoticed")
       }
     case .serviceSignalLatency:
-      DeadlockDetection.cycleResponse = .service
+      DeadlockDetection.cycles = .service
       Thread {
         let worker = WaitTarget.currentThread
         var tracked: [UInt64] = []
@@ -272,7 +292,7 @@ enum DetectorScenario: String, CaseIterable {
             + " max=\(tracked.last! / 1_000)")
       }.start()
     case .serviceUnlinkedSemaphore, .serviceUnlinkedGroup:
-      DeadlockDetection.cycleResponse = .service
+      DeadlockDetection.cycles = .service
       let elsewhere = WaitTarget.work("elsewhere")
       let ranInsideTheWait = Atomic(false)
       let waiting = Atomic(false)
@@ -306,12 +326,12 @@ enum DetectorScenario: String, CaseIterable {
         delivered.signal()
       }
       // The first read of the settings, which warns about MAINONCE_STALL_TIMEOUT.
-      _ = DeadlockDetection.stallTimeout
+      _ = DeadlockDetection.stalls
       verdict(
         delivered.wait(timeout: .now() + TimeScale.seconds(10)) == .success,
         "the handler received a report")
     case .stuckReportHandler:
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
+      DeadlockDetection.stalls = .report(after: .milliseconds(100))
       let stuck = DispatchSemaphore(value: 0)
       let never = DispatchSemaphore(value: 0)
       DeadlockDetection.reportHandler = { report in
@@ -321,19 +341,19 @@ enum DetectorScenario: String, CaseIterable {
           _ = never.wait(timeout: .now() + 3_600)  // never returns, for this test's purposes
         }
       }
-      let loader = WaitTarget.work("loader")
+      let loader = DispatchQueue(label: "loader")
       DispatchQueue.main.async {
         let done = DispatchSemaphore(value: 0)
-        Thread {
-          loader.perform { onceOnMain(token: Tokens.token) {} }
+        loader.async {
+          onceOnMain(token: Tokens.token) {}
           done.signal()
-        }.start()
+        }
         // The worker's wait for the main queue is reported as a stall, to the handler, which
         // does not return; main-queue code then closes the cycle.
         guard stuck.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
           verdict(false, "no stall report reached the handler")
         }
-        done.wait(for: loader)
+        done.wait(for: .queue(loader))
         verdict(true, "the cycle went unnoticed")
       }
     case .idleAfterFirstCall, .idleWithoutMainOnce:
@@ -364,6 +384,96 @@ enum DetectorScenario: String, CaseIterable {
     }
     dispatchMain()
   }
+}
+
+/// Runs `scenario`'s rounds one after another, from a thread of their own, each in main-queue
+/// code; each round must end within 10 s (scaled).
+private func runOpenTargetRounds(_ scenario: DetectorScenario) {
+  let rounds = ProcessInfo.processInfo.environment["FIXTURE_ROUNDS"].flatMap { Int($0) } ?? 2
+  Thread {
+    let sameThread = Locked(0)
+    for round in 0..<rounds {
+      let token = OpenTargetToken()
+      let ended = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async {
+        if scenario == .poolThreadTarget {
+          if waitForPoolThread(needing: token) { sameThread.withLock { $0 += 1 } }
+        } else {
+          waitForLaterPerformer(scenario, needing: token)
+        }
+        ended.signal()
+      }
+      guard ended.wait(timeout: .now() + TimeScale.seconds(10)) == .success,
+        waitUntil(timeout: .seconds(10), { token.token.isDone })
+      else { verdict(false, "round \(round) did not end") }
+    }
+    let same =
+      scenario == .poolThreadTarget ? " sameThread=\(sameThread.withLock { $0 })/\(rounds)" : ""
+    verdict(true, "\(rounds) rounds ended\(same)")
+  }.start()
+}
+
+/// A fresh token for each round.
+private final class OpenTargetToken: Sendable {
+  let token = MainOnceToken("open target")
+}
+
+/// One round of `laterPerformer`, `laterPerformerGroup` or `signalAfterPerform`, in main-queue
+/// code.
+private func waitForLaterPerformer(_ scenario: DetectorScenario, needing token: OpenTargetToken) {
+  let job = WaitTarget.work("job")
+  let done = DispatchSemaphore(value: 0)
+  let group = DispatchGroup()
+  group.enter()
+  let start = ContinuousClock.now
+  let signal: @Sendable () -> Void = {
+    if scenario == .laterPerformerGroup { group.leave() } else { done.signal() }
+  }
+  Thread { job.perform { onceOnMain(token: token.token) {} } }.start()
+  Thread {
+    if scenario == .signalAfterPerform {
+      job.perform { sleep(until: start + .milliseconds(100)) }
+      sleep(until: start + .milliseconds(250))
+      signal()
+    } else {
+      sleep(until: start + .milliseconds(150))
+      job.perform {
+        sleep(until: start + .milliseconds(250))
+        signal()
+      }
+    }
+  }.start()
+  if scenario == .laterPerformerGroup { group.wait(for: job) } else { done.wait(for: job) }
+}
+
+/// One round of `poolThreadTarget`, in main-queue code: whether the queue's next job ran on
+/// the thread the first captured.
+private func waitForPoolThread(needing token: OpenTargetToken) -> Bool {
+  let queue = DispatchQueue(label: "pool job")
+  let captured = Locked<(target: WaitTarget, thread: Int32)?>(nil)
+  let sameThread = Locked(false)
+  let done = DispatchSemaphore(value: 0)
+  queue.async {
+    captured.withLock { $0 = (.currentThread, KernelThread.current) }
+    queue.async {
+      let capturedThread = captured.withLock { $0?.thread }
+      sameThread.withLock { $0 = KernelThread.current == capturedThread }
+      onceOnMain(token: token.token) {}
+    }
+  }
+  guard waitUntil({ captured.withLock { $0 } != nil }) else {
+    verdict(false, "the queue's first job never ran")
+  }
+  // The job that signals, on whichever thread runs it.
+  DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(250)) { done.signal() }
+  done.wait(for: captured.withLock { $0!.target })
+  return sameThread.withLock { $0 }
+}
+
+/// Sleeps until `instant`.
+private func sleep(until instant: ContinuousClock.Instant) {
+  let left = instant - ContinuousClock.now
+  if left > .zero { usleep(UInt32(left.components.attoseconds / 1_000_000_000_000)) }
 }
 
 /// One `runOnce(for:)` call site, whose body is `body`: every caller shares it.

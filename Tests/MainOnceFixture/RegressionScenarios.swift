@@ -363,7 +363,7 @@ private var watchdogScenarioDuration: Duration {
 /// keep performing tracked work, so that MainOnce's lock is busy and the machine loaded. The
 /// watchdog then often takes its look when every caller it sees arrived after it read the clock.
 private func runWatchdogWithCallersComingAndGoing() {
-  DeadlockDetection.setStallTimeout(.milliseconds(1))
+  DeadlockDetection.stalls = .report(after: .milliseconds(1))
   let reports = Atomic(0)
   // Counted, not printed: there are hundreds.
   DeadlockDetection.reportHandler = { _ in reports.add(1, ordering: .relaxed) }

@@ -20,7 +20,8 @@ enum ServiceScenario: String, CaseIterable {
   case throwingInitializer
   /// Eight workers race on one token while main-queue code waits for all of them.
   case race
-  /// Main-queue code and a worker wait for each other with no initializer between them.
+  /// Main-queue code, inside a serial queue's `sync`, and a worker, in `trackedSync` on that
+  /// queue, wait for each other with no initializer between them.
   case unbreakable
   /// A main-queue initializer running in place waits for a worker that waits for that same
   /// initializer: the initializer already runs, so serving cannot break the cycle.
@@ -41,7 +42,7 @@ enum ServiceScenario: String, CaseIterable {
 
   func run() -> Never {
     Watchdog.start(seconds: 20)
-    if self != .fromEnvironment { DeadlockDetection.cycleResponse = .service }
+    if self != .fromEnvironment { DeadlockDetection.cycles = .service }
     let worker = WaitTarget.work("worker")
     let record = InitializerRecord()
     DispatchQueue.main.async {
@@ -130,29 +131,33 @@ enum ServiceScenario: String, CaseIterable {
         group.wait(for: worker)
         record.finish("the wait ended")
       case .unbreakable:
-        let mainQueue = WaitTarget.currentThread
         let never = DispatchSemaphore(value: 0)
         let workerThread = Atomic<Int32>(0)
-        Thread {
-          workerThread.store(KernelThread.current, ordering: .releasing)
-          worker.perform { never.wait(for: mainQueue) }
-        }.start()
-        // The worker sleeps in its wait for the main queue's thread.
-        _ = waitUntil {
-          let thread = workerThread.load(ordering: .acquiring)
-          return thread != 0 && KernelThread.isAsleep(thread)
+        let held = DispatchQueue(label: "service.held")
+        let workerQueue = DispatchQueue(label: "worker")
+        held.sync {
+          workerQueue.async {
+            workerThread.store(KernelThread.current, ordering: .releasing)
+            held.trackedSync {}
+          }
+          // The worker sleeps in its wait for the queue main-queue code holds.
+          _ = waitUntil {
+            let thread = workerThread.load(ordering: .acquiring)
+            return thread != 0 && KernelThread.isAsleep(thread)
+          }
+          never.wait(for: .queue(workerQueue))
         }
-        never.wait(for: worker)
         record.finish("the cycle went unnoticed")
       case .runningInitializerWaits:
         onceOnMain(token: Tokens.token) {
           let done = DispatchSemaphore(value: 0)
-          Thread {
-            worker.perform { onceOnMain(token: Tokens.token) {} }
+          let workerQueue = DispatchQueue(label: "worker")
+          workerQueue.async {
+            onceOnMain(token: Tokens.token) {}
             done.signal()
-          }.start()
+          }
           awaitParkedWorker()
-          done.wait(for: worker)
+          done.wait(for: .queue(workerQueue))
         }
         record.finish("the cycle went unnoticed")
       case .trackedSyncWorkerFirst:

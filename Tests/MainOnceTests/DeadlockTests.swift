@@ -25,10 +25,10 @@ struct DeadlockTests {
   func trackedCycle(_ scenario: String, _ operation: String) async throws {
     let (lines, edges) = try await stoppedTwoWayCycle(scenario)
     let edge =
-      #/^  thread \d+( \(holds the main queue\))? waits for .+ in .+ at MainOnceFixture/DeadlockScenarios\.swift:\d+; blocked by thread \d+, which (holds the main queue|performs it)$/#
+      #/^  thread \d+( \(holds the main queue\))? waits for .+ in .+ at MainOnceFixture/DeadlockScenarios\.swift:\d+; blocked by thread \d+, which (holds the main queue|runs that queue)$/#
     #expect(edges.allSatisfy { $0.wholeMatch(of: edge) != nil }, "\(edges)")
     #expect(
-      edges.contains { $0.contains("waits for work \"loader\" in \(operation)") })
+      edges.contains { $0.contains("waits for queue \"loader\" in \(operation)") })
     #expect(
       edges.contains { $0.contains("waits for the initializer of token \"deadlock scenario\"") })
     #expect(lines.dropFirst(3).first?.hasPrefix("hint: ") == true)
@@ -125,7 +125,7 @@ struct DeadlockTests {
     "a main queue blocked without progress for a whole timeout stops the process when stalls abort",
     arguments: ["rawSemaphore", "neverServed"])
   func stallAborts(_ scenario: String) async throws {
-    let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])
+    let outcome = try await run(scenario, ["MAINONCE_STALL": "abort"])
     #expect(outcome.status != 0)
     #expect(!outcome.standardOutput.contains("PASS"))
     // Reported at the first look; stopped at the next, a timeout later at the earliest, once the
@@ -173,7 +173,7 @@ struct DeadlockTests {
     "a busy or sleeping main queue is never stopped, even when stalls abort",
     arguments: [("busyMain", "busy running code"), ("sleepingMain", "sleeping (clock_nanosleep)")])
   func noFalsePositives(_ scenario: String, _ state: String) async throws {
-    let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])
+    let outcome = try await run(scenario, ["MAINONCE_STALL": "abort"])
     #expect(outcome.status == 0, "\(outcome.standardError)")
     #expect(outcome.verdict == "PASS initializer ran: true")
     #expect(outcome.standardError.contains(state))
@@ -196,7 +196,7 @@ struct DeadlockTests {
   @Test("where /proc cannot be read, stalls that abort are reported, say why, and go on")
   func stallAbortWithoutProc() async throws {
     let outcome = try await run(
-      "rawSemaphore", ["MAINONCE_DEADLOCK": "abort", "MAINONCE_PROC": "off"])
+      "rawSemaphore", ["MAINONCE_STALL": "abort", "MAINONCE_PROC": "off"])
     #expect(outcome.status == 0, "\(outcome.standardError)")
     #expect(outcome.verdict == "PASS initializer ran: true")
     #expect(
@@ -220,7 +220,7 @@ struct DeadlockTests {
       ("runningTrackedWaitCloses", "PASS initializer ran: false"),
     ])
   func waitsThatCanEndAreNoDeadlock(_ scenario: String, _ verdict: String) async throws {
-    let outcome = try await run(scenario, ["MAINONCE_DEADLOCK": "abort"])
+    let outcome = try await run(scenario, ["MAINONCE_STALL": "abort"])
     #expect(outcome.status == 0, "\(outcome.standardError)")
     #expect(outcome.verdict == verdict)
     #expect(!outcome.standardError.contains("deadlock detected"))
@@ -228,7 +228,7 @@ struct DeadlockTests {
 
   @Test("a main queue that makes progress while blocked is never stopped, even when stalls abort")
   func progressingMainQueue() async throws {
-    let outcome = try await run("progressingMainQueue", ["MAINONCE_DEADLOCK": "abort"])
+    let outcome = try await run("progressingMainQueue", ["MAINONCE_STALL": "abort"])
     #expect(outcome.status == 0, "\(outcome.standardError)")
     #expect(outcome.verdict == "PASS initializer ran: true")
     #expect(!outcome.standardError.contains("Fatal error"))
@@ -266,7 +266,7 @@ struct DeadlockTests {
           && $0.hasSuffix(", which runs it")
       }, "\(edges)")
     #expect(
-      edges.contains { $0.contains("waits for work \"loader\" in DispatchSemaphore.wait(for:)") })
+      edges.contains { $0.contains("waits for queue \"loader\" in DispatchSemaphore.wait(for:)") })
   }
 
   @Test(
@@ -349,7 +349,7 @@ struct DeadlockTests {
     // report could break the silence.
     let outcome = try await run(
       "unrelatedTrackedWait",
-      ["MAINONCE_DEADLOCK": "abort", "MAINONCE_STALL_TIMEOUT": "\(TimeScale.seconds(30))"])
+      ["MAINONCE_STALL": "abort", "MAINONCE_STALL_TIMEOUT": "\(TimeScale.seconds(30))"])
     #expect(outcome.status == 0, "\(outcome.standardError)")
     #expect(outcome.standardError.isEmpty)
   }
@@ -384,11 +384,28 @@ struct DeadlockTests {
     #expect(outcome.verdict.hasPrefix("FAIL timed out after "), "\(outcome.verdict)")
   }
 
-  @Test("MAINONCE_DEADLOCK=off reports nothing")
-  func offPolicyIsSilent() async throws {
-    let outcome = try await run("rawSemaphore", ["MAINONCE_DEADLOCK": "off"])
+  @Test("MAINONCE_DEADLOCK=off with MAINONCE_STALL=off reports nothing")
+  func offPoliciesAreSilent() async throws {
+    let outcome = try await run(
+      "rawSemaphore", ["MAINONCE_DEADLOCK": "off", "MAINONCE_STALL": "off"])
     #expect(outcome.status == 0)
     #expect(outcome.standardError.isEmpty)
+  }
+
+  /// One setting per response: the cycle policy says nothing about stalls. A main queue that
+  /// blocks in a raw semaphore wait, and recovers, is reported and never stopped unless
+  /// `MAINONCE_STALL=abort` asks for it, however the cycle policy is set.
+  @Test(
+    "MAINONCE_DEADLOCK leaves stalls reported: a main queue that recovers from a raw wait finishes",
+    arguments: ["abort", "report", "off"])
+  func cyclePolicyLeavesStallsReported(_ policy: String) async throws {
+    let outcome = try await run(
+      "rawSemaphore", ["MAINONCE_DEADLOCK": policy, "MAINONCE_STALL_TIMEOUT": "0.3"])
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict == "PASS initializer ran: true")
+    let report = try #require(stallReport(in: outcome.standardError), "\(outcome.standardError)")
+    #expect(report.waited >= 0.3, "reported after \(report.waited) s")
+    #expect(!outcome.standardError.contains("Fatal error"), "\(outcome.standardError)")
   }
 
   @Test("under RunLoop.main.run(), a main queue stuck in a semaphore wait is not called unserved")
@@ -429,7 +446,7 @@ struct DeadlockTests {
 
   @Test("a main queue that computes, then blocks, is reported again and stopped when stalls abort")
   func busyThenBlocked() async throws {
-    let outcome = try await run("busyThenBlocked", ["MAINONCE_DEADLOCK": "abort"])
+    let outcome = try await run("busyThenBlocked", ["MAINONCE_STALL": "abort"])
     #expect(outcome.status != 0)
     let first = try #require(stallReport(in: outcome.standardError))
     #expect(first.text.contains("which is busy running code"), "\(first.text)")

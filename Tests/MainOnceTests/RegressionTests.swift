@@ -130,7 +130,7 @@ struct RegressionTests {
     let outcome = try await run(
       "reportHandlerNeedsMainQueue",
       [
-        "MAINONCE_DEADLOCK": "abort", "MAINONCE_STALL_TIMEOUT": "0.3", "FIXTURE_TIMEOUT": "8",
+        "MAINONCE_STALL": "abort", "MAINONCE_STALL_TIMEOUT": "0.3", "FIXTURE_TIMEOUT": "8",
       ])
     expectNoHang(outcome)
     #expect(outcome.status != 0, "status \(outcome.status): \(outcome.verdict)")

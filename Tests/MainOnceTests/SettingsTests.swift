@@ -100,11 +100,15 @@ struct SettingsTests {
     #expect(!swiftTesting.contains("XCTest"))
   }
 
-  @Test("the deadlock responses are named as MAINONCE_DEADLOCK spells them")
-  func responseNames() {
+  @Test(
+    "the cycle policies and stall responses are named as their environment variables spell them")
+  func policyNames() {
     #expect(
-      DeadlockDetection.Response.allCases.map(\.rawValue) == ["abort", "report", "off", "service"])
-    #expect(DeadlockDetection.Response(rawValue: "off") == .off)
+      DeadlockDetection.CyclePolicy.allCases.map(\.rawValue) == [
+        "abort", "report", "service", "off",
+      ])
+    #expect(
+      DeadlockDetection.StallPolicy.Response.allCases.map(\.rawValue) == ["report", "abort", "off"])
   }
 
   @Test("in this process the layout self-test passes and main context is exact")

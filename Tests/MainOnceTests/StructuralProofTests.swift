@@ -48,6 +48,26 @@ struct StructuralProofTests {
     #expect(!outcome.standardError.contains("Fatal error"))
   }
 
+  /// Waits whose possible enders MainOnce cannot all name: a second performer of the work that
+  /// starts, or signals, after the look; a thread captured in one job of libdispatch's pool
+  /// that later runs another. Each round forms the cycle in the graph for 100 ms or more before
+  /// the signal; none may be stopped, beside eight threads that only spin.
+  @Test(
+    "a wait for work, or for a pool thread, is never stopped: it recovers, also beside load",
+    arguments: ["laterPerformer", "laterPerformerGroup", "signalAfterPerform", "poolThreadTarget"])
+  func openTargetsRecover(_ scenario: String) async throws {
+    let outcome = try await run(
+      scenario, ["FIXTURE_HOGS": "8", "FIXTURE_ROUNDS": "2", "FIXTURE_TIMEOUT": "40"])
+    #expect(!outcome.timedOut)
+    #expect(outcome.status == 0, "\(outcome.standardError)")
+    #expect(outcome.verdict.hasPrefix("PASS 2 rounds ended"), "\(outcome.standardError)")
+    // The shape needs the next job on the captured thread: libdispatch drains a serial queue's
+    // jobs on one thread, one after another.
+    #expect(!outcome.verdict.hasSuffix("sameThread=0/2"), "\(outcome.verdict)")
+    #expect(!outcome.standardError.contains("deadlock detected"), "\(outcome.standardError)")
+    #expect(!outcome.standardError.contains("Fatal error"))
+  }
+
   @Test("a stall timeout raised after the first report spares a main queue that recovers")
   func raisedStallTimeout() async throws {
     let outcome = try await run("raisedStallTimeout")

@@ -22,7 +22,7 @@ struct TestLibraryHintTests {
   func blockedMainActor() async {
     let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
       boundExitTest(seconds: 120)
-      DeadlockDetection.setStallTimeout(.milliseconds(100))
+      DeadlockDetection.stalls = .report(after: .milliseconds(100))
       let reported = DispatchSemaphore(value: 0)
       DeadlockDetection.reportHandler = { report in
         FileHandle.standardError.write(Data((report.text + "\n").utf8))

@@ -64,22 +64,28 @@ struct TrackedWaitTests {
     #expect(value == "ran")
   }
 
+  /// Each target is captured on a thread of the program's own (a `Thread`), outside dispatch
+  /// work: only that thread can signal it, so the cycle is proven.
   @Test("two threads that wait for each other are stopped with both edges")
   func threadCycle() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
-      let me = WaitTarget.currentThread
-      let other = Locked<(WaitTarget, Int32)?>(nil)
+      let targets = Locked<[(WaitTarget, Int32)]>([])
       let never = DispatchSemaphore(value: 0)
-      Thread {
-        // Made before the lock is taken: making the thread's record takes a lock of its own.
-        let target = (WaitTarget.currentThread, KernelThread.current)
-        other.withLock { $0 = target }
-        never.wait(for: me)
-      }.start()
-      // The other thread sleeps in its wait (bounded: then the cycle is closed the other way).
-      _ = waitUntil { other.withLock { $0 }.map { KernelThread.isAsleep($0.1) } ?? false }
-      never.wait(for: other.withLock { $0!.0 })
+      for index in 0..<2 {
+        Thread {
+          // Made before the lock is taken: making the thread's record takes a lock of its own.
+          let me = (WaitTarget.currentThread, KernelThread.current)
+          targets.withLock { $0.append(me) }
+          // The first waits at once; the second once the first sleeps in its wait (bounded:
+          // then the cycle is closed the other way).
+          _ = waitUntil { targets.withLock { $0.count == 2 } }
+          let other = targets.withLock { $0.first { $0.1 != me.1 }! }
+          if index == 1 { _ = waitUntil { KernelThread.isAsleep(other.1) } }
+          never.wait(for: other.0)
+        }.start()
+      }
+      never.wait()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
@@ -97,14 +103,14 @@ struct TrackedWaitTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
       let queue = DispatchQueue(label: "tracked.cycle")
-      let job = WaitTarget.work("job")
+      let worker = DispatchQueue(label: "tracked.worker")
       let done = DispatchSemaphore(value: 0)
       queue.sync {
-        Thread {
-          job.perform { queue.trackedSync {} }
+        worker.async {
+          queue.trackedSync {}
           done.signal()
-        }.start()
-        done.wait(for: job)
+        }
+        done.wait(for: .queue(worker))
       }
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
@@ -117,9 +123,8 @@ struct TrackedWaitTests {
     #expect(text.contains("which runs that queue"))
     #expect(
       text.contains(
-        "waits for work \"job\" in DispatchSemaphore.wait(for:) at MainOnceTests/TrackedWaitTests.swift:"
+        "waits for queue \"tracked.worker\" in DispatchSemaphore.wait(for:) at MainOnceTests/TrackedWaitTests.swift:"
       ))
-    #expect(text.contains("which performs it"))
   }
 
   /// Neither thread can look again once blocked in `sync`: the one that closes the deadlock
@@ -193,13 +198,18 @@ struct TrackedWaitTests {
       text.contains("MainOnce: perform(_:) runs work for a target made by WaitTarget.work(_:)"))
   }
 
-  @Test("setStallTimeout(_:) sets the timeout that stallTimeout reads")
-  func setStallTimeoutTakesEffect() {
+  @Test("a stall policy set in code is the one that stalls reads back")
+  func stallPolicyTakesEffect() {
     // Longer than the test process's own timeout, so that no test beside this one is reported.
     let longer = TestProcessSettings.stallTimeout * 2
-    DeadlockDetection.setStallTimeout(longer)
-    defer { DeadlockDetection.setStallTimeout(TestProcessSettings.stallTimeout) }
-    #expect(DeadlockDetection.stallTimeout == longer)
+    DeadlockDetection.stalls = .abort(after: longer)
+    defer { DeadlockDetection.stalls = .report(after: TestProcessSettings.stallTimeout) }
+    #expect(DeadlockDetection.stalls == .abort(after: longer))
+    #expect(DeadlockDetection.stalls.response == .abort)
+    #expect(DeadlockDetection.stalls.timeout == longer)
+    #expect(
+      "\(DeadlockDetection.StallPolicy.report(after: .milliseconds(250)))" == "report after 250 ms")
+    #expect("\(DeadlockDetection.StallPolicy.off)" == "off")
   }
 
   @Test(
@@ -209,7 +219,7 @@ struct TrackedWaitTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       [timeout] in
       boundExitTest()
-      DeadlockDetection.setStallTimeout(timeout)
+      DeadlockDetection.stalls = .abort(after: timeout)
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(

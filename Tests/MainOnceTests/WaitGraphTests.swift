@@ -57,6 +57,25 @@ struct WaitGraphTests {
     #expect(!Suspect(edges: edges).canBeProven)
   }
 
+  /// A wait for work, or for a thread captured in dispatch work: a thread MainOnce cannot name
+  /// may still end it, so the deadlock is reported, with the reason, and never proven.
+  @Test(
+    "a deadlock through a wait whose target is not a closed set is reported with why, never proven")
+  func openTargetsAreNotProof() throws {
+    let why = "a thread that does not perform it now may still end"
+    let graph = WaitGraph(nodes: [
+      node(1, waitsForAnyOf: [2]), node(2, waitsForAnyOf: [1], proof: .open(because: why)),
+    ])
+    let edges = try #require(graph.deadlock(through: ThreadID(rawValue: 1)))
+    #expect(!Suspect(edges: edges).canBeProven)
+    let report = DeadlockReport.cycle(edges, proven: false, response: .abort)
+    #expect(!report.stopsProcess)
+    #expect(
+      report.text.hasPrefix(
+        "MainOnce: possible deadlock, not stopped: wait waits for work, which \(why)\n"),
+      "\(report.text)")
+  }
+
   @Test("a sliced wait is proven only by a slice that began after the deadlock was first seen")
   func slicesMustComeAfter() throws {
     func sliced(_ started: UInt, _ timedOut: UInt) -> WaitGraph.Node {

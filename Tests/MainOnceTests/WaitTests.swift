@@ -111,7 +111,7 @@ private final class ReportLog: @unchecked Sendable {
   /// A log of every report from here on, with a stall timeout of 100 ms: for an exit test.
   static func recordingStalls() -> ReportLog {
     let log = ReportLog()
-    DeadlockDetection.setStallTimeout(.milliseconds(100))
+    DeadlockDetection.stalls = .report(after: .milliseconds(100))
     DeadlockDetection.reportHandler = { log.append($0) }
     return log
   }
@@ -395,7 +395,7 @@ struct WaitTests {
   func servingWaitReportsItsStall() async {
     await #expect(processExitsWith: .success) {
       boundExitTest()
-      DeadlockDetection.setStallTimeout(.milliseconds(300))
+      DeadlockDetection.stalls = .report(after: .milliseconds(300))
       DeadlockDetection.reportHandler = { report in
         guard report.kind == .stall, report.text.contains("\"never initialized\"") else { return }
         exit(report.text.contains("the wait in main context holds the main queue") ? 0 : 5)

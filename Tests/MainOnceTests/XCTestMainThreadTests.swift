@@ -40,10 +40,10 @@ extension XCTestMainThreadTests {
   func testStallReportInATestNamesTheTestFrameworksWaits() {
     let reports = Recorder<String>()
     DeadlockDetection.reportHandler = { reports.record($0.text) }
-    DeadlockDetection.setStallTimeout(.milliseconds(100))
+    DeadlockDetection.stalls = .report(after: .milliseconds(100))
     defer {
       DeadlockDetection.reportHandler = nil
-      DeadlockDetection.setStallTimeout(.seconds(1))
+      DeadlockDetection.stalls = .report(after: .seconds(1))
     }
     let done = expectation(description: "the worker's call returned")
     DispatchQueue.global().async {

@@ -12,6 +12,11 @@ import MainOnce
 
 // MARK: Deadlocks: configuration
 
+func configureForCI() {
+  DeadlockDetection.cycles = .abort  // the default
+  DeadlockDetection.stalls = .abort(after: .seconds(2))  // opt in to stop on a stuck main queue
+}
+
 func routeReportsToTheLog() {
   DeadlockDetection.reportHandler = { report in
     log("\(report.text)")

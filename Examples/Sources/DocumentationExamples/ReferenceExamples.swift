@@ -118,7 +118,7 @@ func recordWhenOpen() {  // any thread; never opens the database itself
 // MARK: DeadlockDetection
 
 func configureTestSuite() {
-  DeadlockDetection.setStallTimeout(.milliseconds(250))  // a test suite that wants it sooner
+  DeadlockDetection.stalls = .report(after: .milliseconds(250))  // a test suite wants it sooner
 }
 
 // MARK: AsyncMainLazy
@@ -155,14 +155,12 @@ enum Pictures {
 
 func deadlockOnPurpose() {
   DispatchQueue.main.async {
-    let loader = WaitTarget.work("loader")
+    let loader = DispatchQueue(label: "loader")
     let done = DispatchSemaphore(value: 0)
-    DispatchQueue.global().async {
-      loader.perform {
-        render(Pictures.stack.value)  // needs the main queue
-      }
+    loader.async {
+      render(Pictures.stack.value)  // needs the main queue
       done.signal()
     }
-    done.wait(for: loader)  // on the main queue: a deadlock, stopped within 100 ms
+    done.wait(for: .queue(loader))  // on the main queue: a deadlock, stopped within 100 ms
   }
 }

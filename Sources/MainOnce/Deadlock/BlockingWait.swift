@@ -33,7 +33,7 @@ protocol BlockingWait: AnyObject, Sendable {
 
 /// How a wait shows that it is blocked, which decides whether a cycle through it can stop the
 /// process.
-enum WaitProof {
+enum WaitProof: Equatable {
   /// A once-cell caller, or `trackedSync` before its work starts: blocked until the state that
   /// ``BlockingWait/blockers()`` reads changes.
   case structural
@@ -44,6 +44,10 @@ enum WaitProof {
   case opaque
   /// A wait with a deadline: it ends by itself. Reported, never stopped.
   case timed
+  /// A semaphore or group wait for a target whose contract names no closed set of threads
+  /// (`WaitTarget.openness`: a unit of work, a thread captured in dispatch work): a thread not
+  /// in the graph may still end it. Reported, never stopped.
+  case open(because: String)
 }
 
 /// Whom a wait waits for.

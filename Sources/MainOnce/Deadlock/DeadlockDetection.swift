@@ -8,7 +8,8 @@
 // `MainQueueDriver` is in use.
 internal import Synchronization
 
-/// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe.
+/// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe: two
+/// settings, one for each.
 ///
 /// Threads publish the waits MainOnce performs for them: blocked callers of
 /// ``onceOnMain(token:file:line:_:)``, of a ``MainLazy``, of `onceOnMain(for:)` and
@@ -20,112 +21,163 @@ internal import Synchronization
 /// and otherwise at doubling intervals up to 400 ms:
 ///
 /// - **A deadlock is stopped only on a structural proof**: every wait on it is one MainOnce
-///   performs without a deadline, each blocker is known for certain (a once-cell's runner, the
-///   main queue's holder read from libdispatch, a serial queue's owner, a thread the waiter
-///   named, every performer of a unit of work), and each wait shows it is blocked: a once-cell
-///   caller until it is resolved, `trackedSync` until its work starts, a semaphore or group wait
-///   by a wait slice that began after the deadlock was seen and timed out. Such a deadlock is
-///   stopped (``cycleResponse``) within about 100 ms of forming, whichever thread closes it,
-///   with a report that lists every wait. `/proc` plays no part.
-/// - **A deadlock through a wait MainOnce cannot see into** (a
-///   ``withTrackedWait(for:file:line:_:)`` closure, a wait with a deadline) is reported once
-///   ("MainOnce: possible deadlock"), and waiting goes on.
+///   performs without a deadline, each blocker is known for certain and is the only thread
+///   that can end the wait (a once-cell's runner, the main queue's holder read from
+///   libdispatch, a serial queue's owner, a thread of the program's own that the waiter named;
+///   see ``WaitTarget``), and each wait shows it is blocked: a once-cell caller until it is
+///   resolved, `trackedSync` until its work starts, a semaphore or group wait by a wait slice
+///   that began after the deadlock was seen and timed out. Such a deadlock is handled as
+///   ``cycles`` says (stopped, by default) within about 100 ms of forming, whichever thread
+///   closes it, with a report that lists every wait. `/proc` plays no part.
+/// - **A deadlock through a wait MainOnce cannot see into or whose enders it cannot all name**
+///   (a ``withTrackedWait(for:file:line:_:)`` closure, a wait with a deadline, a wait for a
+///   ``WaitTarget/work(_:)``) is reported once ("MainOnce: possible deadlock, not stopped"), and
+///   waiting goes on.
 /// - **A stall**: once the callers of an initializer that runs in main context, in any form
-///   (blocked threads, suspended tasks, completion handlers), have waited ``stallTimeout``, it is
-///   reported once, with what the thread in the way is doing, read from `/proc/self/task/<tid>`
-///   where it can be. By default the wait goes on; see ``stallResponse``.
+///   (blocked threads, suspended tasks, completion handlers), have waited the stall timeout, it
+///   is reported once, with what the thread in the way is doing, read from
+///   `/proc/self/task/<tid>` where it can be. By default the wait goes on; see ``stalls``.
 ///
-/// The defaults can be changed in code, or before the process starts with environment
-/// variables:
+/// Each setting can be changed in code, or before the process starts with an environment
+/// variable of its own:
 ///
-/// - `MAINONCE_DEADLOCK=abort|report|service|off` sets both ``cycleResponse`` and
-///   ``stallResponse`` (`service` applies to cycles; stalls are then reported).
-/// - `MAINONCE_STALL_TIMEOUT=<seconds>` sets ``stallTimeout``: a decimal number from 0.001 to
-///   86400.
+/// - `MAINONCE_DEADLOCK=abort|report|service|off` sets ``cycles``, and nothing else.
+/// - `MAINONCE_STALL=report|abort|off` sets the response of ``stalls``, and
+///   `MAINONCE_STALL_TIMEOUT=<seconds>` its timeout: a decimal number from 0.001 to 86400.
 /// - `MAINONCE_PROC=off` makes MainOnce read nothing from `/proc`, as where it is not readable.
 ///
 /// A value MainOnce does not understand is ignored with a warning that starts with `MainOnce:`.
 /// Settings made in code replace those from the environment, and apply to waits in progress
 /// within 100 ms. Nothing here is on the fast path of a done token.
 public enum DeadlockDetection {
-  /// What to do with a finding.
-  public enum Response: String, Sendable, CaseIterable {
-    /// Stop the process with `fatalError`, whose message is the report (a report handler
-    /// receives it first).
+  /// What to do with a deadlock: a cycle of waits.
+  public enum CyclePolicy: String, Sendable, CaseIterable {
+    /// Stop the process with `fatalError` on a proven deadlock, whose message is the report (a
+    /// report handler receives it first). The default: its waits can never end.
     case abort
-    /// Deliver the report and go on waiting.
+    /// Deliver the report of a proven deadlock once, and go on waiting.
     case report
-    /// Do not look: neither cycles nor stalls are looked for.
-    case off
-    /// For cycles: main-queue code that blocks in `DispatchSemaphore.wait(for:)` or
+    /// Main-queue code that blocks in `DispatchSemaphore.wait(for:)` or
     /// `DispatchGroup.wait(for:)` runs, in place, every initializer queued for the main queue,
-    /// while it waits, and keeps waiting; a deadlock that serving cannot break is stopped as with
-    /// ``abort``. For stalls, the same as ``report``. See the article <doc:FindingDeadlocks>,
-    /// "Waits that serve initializers".
+    /// while it waits, and keeps waiting; a proven deadlock that serving cannot break is
+    /// stopped as with ``abort``. See the article <doc:FindingDeadlocks>, "Waits that serve
+    /// initializers".
     case service
+    /// Do not look for deadlocks.
+    case off
   }
 
-  /// What to do with a proven deadlock. Defaults to ``Response/abort``: its waits can never
-  /// end.
-  public static var cycleResponse: Response {
-    get { Response(code: cycleResponseCode.load(ordering: .relaxed)) }
-    set { cycleResponseCode.store(newValue.code, ordering: .relaxed) }
-  }
-
-  /// What to do when an initialization keeps its callers waiting. Defaults to
-  /// ``Response/report``.
-  ///
-  /// With ``Response/abort``, you opt in to a stop on evidence short of a proof: the thread in
-  /// the way (holding the main queue, or running the initializer) is blocked in `futex` and has
-  /// not run at all for a whole ``stallTimeout`` since the first report, as `/proc` shows, so no
-  /// earlier than two timeouts after the wait began. A main queue that is busy, sleeping, idle
-  /// in an event loop, or blocked but waking up from time to time is only reported; where
-  /// `/proc` cannot be read, the report says so, and the process goes on.
-  public static var stallResponse: Response {
-    get { Response(code: stallResponseCode.load(ordering: .relaxed)) }
-    set { stallResponseCode.store(newValue.code, ordering: .relaxed) }
-  }
-
-  /// How long callers may wait for an initializer before their stall is reported, and then how
-  /// often it is looked at again. Defaults to one second, or `MAINONCE_STALL_TIMEOUT`.
-  ///
-  /// Change it with ``setStallTimeout(_:file:line:)``. A relaxed load: a new value applies to
-  /// waits in progress within 100 ms, and every report quotes the timeout it used.
-  public static var stallTimeout: Duration {
-    .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed)))
-  }
-
-  /// Sets ``stallTimeout``, for the whole process.
+  /// What to do when an initialization keeps its callers waiting, and after how long.
   ///
   /// ```swift
-  /// DeadlockDetection.setStallTimeout(.milliseconds(250))  // a test suite that wants it sooner
+  /// DeadlockDetection.stalls = .report(after: .milliseconds(250))  // a test suite wants it sooner
   /// ```
   ///
-  /// The timeout must be from 1 ms to one day: a shorter one would report every hop. Any other
-  /// value stops the process with a `MainOnce:` message that names the caller's line. A new value
-  /// applies to waits in progress within 100 ms (25 ms for a blocked caller; for a wait younger
-  /// than the grace, once it is 50 ms old).
-  ///
-  /// - Parameters:
-  ///   - timeout: How long callers may wait before their stall is reported.
-  ///   - file: The caller's file, for the misuse message; leave the default.
-  ///   - line: The caller's line, for the misuse message; leave the default.
-  public static func setStallTimeout(
-    _ timeout: Duration, file: StaticString = #fileID, line: UInt = #line
-  ) {
-    store(timeout, setAt: CallSite(file: file, line: line))
+  /// A stall is never proven: MainOnce can only describe what the thread in the way is doing.
+  /// So stalls are reported by default, and the process stops on one only where you opt in to
+  /// ``abort(after:file:line:)``.
+  public struct StallPolicy: Sendable, Hashable, CustomStringConvertible {
+    /// What to do with a stall.
+    public enum Response: String, Sendable, CaseIterable {
+      /// Report each stalled initialization once, and again if it is stuck; go on waiting.
+      case report
+      /// Report, and stop the process on evidence short of a proof: see
+      /// ``StallPolicy/abort(after:file:line:)``.
+      case abort
+      /// Watch no stalls.
+      case off
+    }
+
+    /// What to do with a stall.
+    public let response: Response
+    /// How long callers may wait for an initializer before their stall is reported, and then
+    /// how often it is looked at again. Every report quotes it.
+    public let timeout: Duration
+
+    /// Reports the callers of an initialization once they have waited `timeout`, and goes on
+    /// waiting. The default, with a timeout of one second.
+    ///
+    /// - Parameters:
+    ///   - timeout: From 1 ms to one day: a shorter one would report every hop. Any other value
+    ///     stops the process with a `MainOnce:` message that names the caller's line.
+    ///   - file: The caller's file, for the misuse message; leave the default.
+    ///   - line: The caller's line, for the misuse message; leave the default.
+    /// - Returns: The policy, to assign to ``DeadlockDetection/stalls``.
+    public static func report(
+      after timeout: Duration = .seconds(1), file: StaticString = #fileID, line: UInt = #line
+    ) -> StallPolicy {
+      StallPolicy(.report, timeout, at: CallSite(file: file, line: line))
+    }
+
+    /// Reports a stall as ``report(after:file:line:)`` does, and stops the process on evidence
+    /// short of a proof: the thread in the way (holding the main queue, or running the
+    /// initializer) is blocked in `futex` and has not run at all for a whole `timeout` since the
+    /// first report, as `/proc` shows, so no earlier than two timeouts after the wait began. A
+    /// main queue that is busy, sleeping, idle in an event loop, or blocked but waking up from
+    /// time to time is only reported; where `/proc` cannot be read, the report says so, and the
+    /// process goes on.
+    ///
+    /// - Warning: A main thread blocked in a raw semaphore wait for slow I/O looks the same as
+    ///   one blocked for good: opt in where a stop is better than a wait (a CI run, say).
+    ///
+    /// - Parameters:
+    ///   - timeout: From 1 ms to one day; any other value stops the process with a `MainOnce:`
+    ///     message that names the caller's line.
+    ///   - file: The caller's file, for the misuse message; leave the default.
+    ///   - line: The caller's line, for the misuse message; leave the default.
+    /// - Returns: The policy, to assign to ``DeadlockDetection/stalls``.
+    public static func abort(
+      after timeout: Duration = .seconds(1), file: StaticString = #fileID, line: UInt = #line
+    ) -> StallPolicy {
+      StallPolicy(.abort, timeout, at: CallSite(file: file, line: line))
+    }
+
+    /// Watches no stalls.
+    public static let off = StallPolicy(response: .off, timeout: .seconds(1))
+
+    /// `report after 1.0 s`, `abort after 250 ms`, `off`.
+    public var description: String {
+      response == .off ? "off" : "\(response) after \(formatDuration(timeout.wholeNanoseconds))"
+    }
+
+    private init(_ response: Response, _ timeout: Duration, at site: CallSite) {
+      guard DeadlockDetection.validStallTimeouts.contains(timeout) else {
+        Diagnostics.fail(
+          "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
+            + " would report every hop",
+          at: site)
+      }
+      self.init(response: response, timeout: timeout)
+    }
+
+    init(response: Response, timeout: Duration) {
+      self.response = response
+      self.timeout = timeout
+    }
   }
 
-  /// Stores `timeout`, which every watched wait reads at its next look; stops the process
-  /// with a message attributed to `site` if it is not from 1 ms to one day.
-  private static func store(_ timeout: Duration, setAt site: CallSite) {
-    guard validStallTimeouts.contains(timeout) else {
-      Diagnostics.fail(
-        "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
-          + " would report every hop",
-        at: site)
+  /// What to do with a deadlock. Defaults to ``CyclePolicy/abort``, or `MAINONCE_DEADLOCK`. A
+  /// relaxed load and store: a new value applies to waits in progress at their next look.
+  public static var cycles: CyclePolicy {
+    get { cyclePolicies[Int(cycleCode.load(ordering: .relaxed))] }
+    set { cycleCode.store(cyclePolicies.firstIndex(of: newValue)!, ordering: .relaxed) }
+  }
+
+  /// What to do when an initialization keeps its callers waiting. Defaults to reporting after
+  /// one second, or `MAINONCE_STALL` and `MAINONCE_STALL_TIMEOUT`.
+  ///
+  /// A new value applies to waits in progress within 100 ms (25 ms for a blocked caller; for a
+  /// wait younger than the grace, once it is 50 ms old).
+  public static var stalls: StallPolicy {
+    get {
+      StallPolicy(
+        response: stallResponses[stallCode.load(ordering: .relaxed)],
+        timeout: .nanoseconds(Int64(stallTimeoutNanoseconds.load(ordering: .relaxed))))
     }
-    stallTimeoutNanoseconds.store(timeout.wholeNanoseconds, ordering: .relaxed)
+    set {
+      stallTimeoutNanoseconds.store(newValue.timeout.wholeNanoseconds, ordering: .relaxed)
+      stallCode.store(stallResponses.firstIndex(of: newValue.response)!, ordering: .relaxed)
+    }
   }
 
   /// Receives every report instead of standard error, for example to route it to a logger:
@@ -143,46 +195,28 @@ public enum DeadlockDetection {
   /// hop) to a day.
   static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
 
-  /// The settings in force, read with relaxed loads once per look.
+  /// The stall settings in force, read with relaxed loads once per look.
   struct Snapshot {
-    let stallResponse: Response
+    let stallResponse: StallPolicy.Response
     let stallTimeoutNanoseconds: UInt64
 
     static var current: Snapshot {
-      Snapshot(
-        stallResponse: DeadlockDetection.stallResponse,
-        stallTimeoutNanoseconds: DeadlockDetection.stallTimeoutNanoseconds.load(ordering: .relaxed)
-      )
+      let stalls = DeadlockDetection.stalls
+      return Snapshot(
+        stallResponse: stalls.response, stallTimeoutNanoseconds: stalls.timeout.wholeNanoseconds)
     }
   }
 
-  private static let cycleResponseCode = Atomic((Settings.deadlockResponse ?? .abort).code)
-  private static let stallResponseCode = Atomic(
-    (Settings.deadlockResponse.map { $0 == .service ? .report : $0 } ?? .report).code)
+  // Each setting is stored as its index in these arrays, made once: reading one allocates
+  // nothing.
+  private static let cyclePolicies = CyclePolicy.allCases
+  private static let stallResponses = StallPolicy.Response.allCases
+  private static let cycleCode = Atomic(cyclePolicies.firstIndex(of: Settings.cycles ?? .abort)!)
+  private static let stallCode = Atomic(
+    stallResponses.firstIndex(of: Settings.stallResponse ?? .report)!)
   private static let stallTimeoutNanoseconds = Atomic<UInt64>(
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
   private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
-}
-
-extension DeadlockDetection.Response {
-  fileprivate var code: UInt8 {
-    switch self {
-    case .abort: 0
-    case .report: 1
-    case .off: 2
-    case .service: 3
-    }
-  }
-
-  /// Every slow path reads the responses: a switch, not a search of `allCases`.
-  fileprivate init(code: UInt8) {
-    switch code {
-    case 1: self = .report
-    case 2: self = .off
-    case 3: self = .service
-    default: self = .abort
-    }
-  }
 }
 
 extension Duration {

@@ -6,14 +6,22 @@ extension DeadlockReport {
   /// it says why serving cannot break it). Otherwise it runs through a wait MainOnce cannot see
   /// into, which may still end: a report, and waiting goes on.
   static func cycle(
-    _ edges: [WaitGraph.Edge], proven: Bool, response: DeadlockDetection.Response
+    _ edges: [WaitGraph.Edge], proven: Bool, response: DeadlockDetection.CyclePolicy
   ) -> DeadlockReport {
     var headline = "MainOnce: deadlock detected"
     if !proven {
       let unseen = edges.map(\.node).filter { $0.proof == .opaque || $0.proof == .timed }
-      headline =
-        "MainOnce: possible deadlock, not stopped: MainOnce cannot see into "
-        + unseen.map(\.call).joined(separator: ", ") + ", which may still return"
+      var why =
+        unseen.isEmpty
+        ? []
+        : [
+          "MainOnce cannot see into " + unseen.map(\.call).joined(separator: ", ")
+            + ", which may still return"
+        ]
+      for case (let node, .open(let reason)) in edges.map({ ($0.node, $0.node.proof) }) {
+        why.append("\(node.call) waits for \(node.waitsFor), which \(reason)")
+      }
+      headline = "MainOnce: possible deadlock, not stopped: " + why.joined(separator: "; ")
     }
     var lines = [headline]
     for edge in edges {

@@ -43,7 +43,7 @@ enum Detector {
     var nextLook: UInt64 = 0
     repeat {
       let now = Platform.monotonicNanoseconds()
-      let response = DeadlockDetection.cycleResponse
+      let response = DeadlockDetection.cycles
       if response != .off, !isCycleReported, now >= nextLook {
         isCycleReported = look(for: wait, response: response, suspect: &suspect)
         interval = suspect == nil ? min(interval * 2, longestLookInterval) : slice
@@ -57,7 +57,7 @@ enum Detector {
 
   /// Looks for a deadlock through `wait`; `true` once one was reported (and the process goes on).
   private static func look(
-    for wait: any BlockingWait, response: DeadlockDetection.Response, suspect: inout Suspect?
+    for wait: any BlockingWait, response: DeadlockDetection.CyclePolicy, suspect: inout Suspect?
   ) -> Bool {
     guard let edges = WaitGraph.read().deadlock(through: wait.thread) else {
       suspect = nil
@@ -102,7 +102,7 @@ enum Detector {
   /// Looks once for a deadlock through `wait`, whose thread is about to block where it cannot
   /// look again (`trackedSync`): the last wait of a deadlock of such waits closes it here.
   static func lookBeforeBlocking(_ wait: any BlockingWait) {
-    let response = DeadlockDetection.cycleResponse
+    let response = DeadlockDetection.cycles
     guard response != .off else { return }
     var suspect: Suspect?
     _ = look(for: wait, response: response, suspect: &suspect)

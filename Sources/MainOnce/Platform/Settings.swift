@@ -15,16 +15,18 @@ enum Settings {
   static let readsProc: Bool =
     read("MAINONCE_PROC", expecting: "on or off") { switchValue($0) } ?? true
 
-  /// `MAINONCE_DEADLOCK=abort|report|service|off`: both deadlock responses.
-  static let deadlockResponse: DeadlockDetection.Response? = read(
+  /// `MAINONCE_DEADLOCK=abort|report|service|off`: what to do with deadlocks.
+  static let cycles: DeadlockDetection.CyclePolicy? = read(
     "MAINONCE_DEADLOCK", expecting: "abort, report, service or off"
   ) { value in
-    switch value.lowercased() {
-    case "abort": .abort
-    case "report": .report
-    case "service": .service
-    default: switchValue(value) == false ? .off : nil
-    }
+    switchValue(value) == false ? .off : .init(rawValue: value.lowercased())
+  }
+
+  /// `MAINONCE_STALL=report|abort|off`: what to do with stalls.
+  static let stallResponse: DeadlockDetection.StallPolicy.Response? = read(
+    "MAINONCE_STALL", expecting: "report, abort or off"
+  ) { value in
+    switchValue(value) == false ? .off : .init(rawValue: value.lowercased())
   }
 
   /// `MAINONCE_STALL_TIMEOUT=<seconds>`: the stall timeout.

@@ -215,9 +215,11 @@ private func watchedWait(
   _ waitable: some TrackableWait, for target: UnsafePointer<WaitTarget>, deadline: DispatchTime?,
   operation: StaticString, site: CallSite, on thread: ThreadRecord, serving serves: Bool
 ) -> DispatchTimeoutResult {
-  let scope = _TrackedScope(
-    target, operation: operation, site: site, proof: deadline == nil ? .slices : .timed,
-    serves: serves)
+  let proof: WaitProof =
+    if deadline != nil { .timed } else if let why = target.pointee.openness {
+      .open(because: why)
+    } else { .slices }
+  let scope = _TrackedScope(target, operation: operation, site: site, proof: proof, serves: serves)
   defer { scope.end() }
   let record = scope.record.takeUnretainedValue()
   var result = DispatchTimeoutResult.timedOut
@@ -440,7 +442,7 @@ extension ThreadRecord {
   }
 }
 
-/// The `service` policy (``DeadlockDetection/Response/service``) for tracked waits: main-queue
+/// The `service` policy (``DeadlockDetection/CyclePolicy/service``) for tracked waits: main-queue
 /// code that blocks in `DispatchSemaphore.wait(for:)` or `DispatchGroup.wait(for:)` runs, in
 /// place, the MainOnce initializers queued for the main queue, every millisecond while it
 /// waits, whatever the wait-for graph says; as a run loop nested in main-queue code runs other
@@ -449,7 +451,7 @@ extension ThreadRecord {
 enum Servicing {
   /// Whether a wait on `thread` is to serve initializers: under `service`, in main context.
   static func applies(on thread: ThreadRecord) -> Bool {
-    DeadlockDetection.cycleResponse == .service && MainContext.isCurrent(on: thread)
+    DeadlockDetection.cycles == .service && MainContext.isCurrent(on: thread)
   }
 
   /// Runs, in place, every initializer whose hop is on its way. The caller holds the main

@@ -1,26 +1,36 @@
 public import Dispatch
 internal import Synchronization
+internal import _CMainOnceShims
 
 /// Whom a blocking wait depends on: the thread, serial queue or unit of work that must make
 /// progress before the wait can end.
 ///
-/// Pass a target to a tracked wait, such as ``withTrackedWait(for:file:line:_:)`` or
-/// `DispatchSemaphore.wait(for:file:line:)`, so that MainOnce's deadlock detector can see the
-/// wait. When main-queue code waits for a target while that target waits for the main queue,
-/// MainOnce stops the process with a report naming every edge of the cycle, instead of hanging.
+/// Pass a target to a tracked wait, such as `DispatchSemaphore.wait(for:file:line:)` or
+/// ``withTrackedWait(for:file:line:_:)``, so that MainOnce's deadlock detector can see the
+/// wait. Each target comes with a contract: who may end a wait for it. Where that is a closed
+/// set of threads that MainOnce can name, a deadlock through the wait is *proven*: when
+/// main-queue code waits for the target while the target waits for the main queue, MainOnce
+/// stops the process with a report naming every edge of the cycle, instead of hanging. Where it
+/// is not, the deadlock is *reported* ("MainOnce: possible deadlock, not stopped"), and waiting
+/// goes on, since a thread MainOnce cannot name may still end the wait.
+///
+/// | Target | Contract: the wait is ended by | A deadlock through it |
+/// | --- | --- | --- |
+/// | ``queue(_:file:line:)`` of a serial queue | work running on that queue | is proven: only the thread running the queue can run that work |
+/// | ``currentThread``, captured on a thread of the program's own | code on that thread | is proven: the thread runs one thing after another |
+/// | ``currentThread``, captured in dispatch work (a queue's block, a `Task`) | code on that thread | is reported: the pool thread may run other jobs, and another thread may run the one that signals |
+/// | ``work(_:)`` | whichever thread does the work, whenever | is reported: a thread that does not perform it now may still end the wait |
 ///
 /// ```swift
 /// func deadlockOnPurpose() {
 ///   DispatchQueue.main.async {
-///     let loader = WaitTarget.work("loader")
+///     let loader = DispatchQueue(label: "loader")
 ///     let done = DispatchSemaphore(value: 0)
-///     DispatchQueue.global().async {
-///       loader.perform {
-///         render(Pictures.stack.value)  // needs the main queue
-///       }
+///     loader.async {
+///       render(Pictures.stack.value)  // needs the main queue
 ///       done.signal()
 ///     }
-///     done.wait(for: loader)  // on the main queue: a deadlock, stopped within 100 ms
+///     done.wait(for: .queue(loader))  // on the main queue: a deadlock, stopped within 100 ms
 ///   }
 /// }
 /// ```
@@ -31,7 +41,8 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   }
 
   enum Kind: Sendable {
-    case thread(ThreadID)
+    /// A thread; `inDispatchWork`: captured while it ran work libdispatch gave it.
+    case thread(ThreadID, inDispatchWork: Bool)
     case queue(DispatchQueue)
     case work(WorkID, name: String)
   }
@@ -39,16 +50,31 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   let kind: Kind
 
   /// The calling thread. Capture it on the thread that will signal, and wait for it elsewhere.
+  ///
+  /// Its contract: only code on this thread ends a wait for it. Captured on a thread of the
+  /// program's own (the main thread, a `Thread`, a pthread), outside any `sync` it runs, a
+  /// deadlock through such a wait is proven and stopped: the thread runs one thing after
+  /// another, so while it is blocked, nothing on it can signal. Captured in dispatch work (a
+  /// block on a queue, a `Task`, an iteration of `concurrentPerform`), the thread is one of
+  /// libdispatch's pool: it may run other jobs later, while the job that signals runs on
+  /// another thread, so a deadlock through such a wait is only reported. To have it stopped,
+  /// wait for the serial queue whose work signals instead (``queue(_:file:line:)``).
   public static var currentThread: WaitTarget {
-    WaitTarget(kind: .thread(ThreadRecord.current.id))
+    let thread = ThreadRecord.current.id
+    // The main thread runs only the program's own code, also while it serves the main queue.
+    let inDispatchWork = thread != .mainThread && mainonce_runs_dispatch_work()
+    return WaitTarget(kind: .thread(thread, inDispatchWork: inDispatchWork))
   }
 
   /// Whichever thread is running `queue` at the time: a serial queue's work, or the queue
   /// itself for `queue.sync`.
   ///
-  /// `DispatchQueue.main` names the thread that holds the main queue. A concurrent queue is
-  /// rejected with a message: it does not name one thread; use ``work(_:)`` for the work you
-  /// wait for instead.
+  /// Its contract: work on `queue` ends a wait for it (a block that signals). A deadlock
+  /// through such a wait is proven and stopped: while the thread running `queue` is blocked,
+  /// no other work of the queue can run. `DispatchQueue.main` names the thread that holds the
+  /// main queue. A concurrent queue is rejected with a message: it does not name one thread.
+  /// Without queue introspection (see <doc:MainOnLinux>) MainOnce cannot read who runs a queue
+  /// other than the main queue, and such a wait is on no deadlock it can see.
   ///
   /// - Parameters:
   ///   - queue: A serial queue.
@@ -72,6 +98,14 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
 
   /// A new, named unit of work. Run the work inside ``perform(file:line:_:)`` on whatever
   /// thread does it, and wait for the target where you wait for the work.
+  ///
+  /// Its contract: whichever thread does the work ends a wait for it, whenever it does. A
+  /// wait for work is an *or*-wait, blocked only while every thread performing the work is, and
+  /// a thread that performs the work it waits for is never its own blocker. But the threads
+  /// that perform it at one moment are not all that ever will: another may start later, or
+  /// signal after its `perform` returned. So a deadlock through a wait for work is reported,
+  /// naming the threads performing it, and never stopped. For a deadlock that is stopped, wait
+  /// for the serial queue that does the work (``queue(_:file:line:)``).
   public static func work(_ name: String) -> WaitTarget {
     WaitTarget(
       kind: .work(WorkID(rawValue: nextWorkID.add(1, ordering: .relaxed).newValue), name: name))
@@ -120,7 +154,7 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// What a wait for this target waits for now.
   var blockers: Blockers {
     switch kind {
-    case .thread(let thread):
+    case .thread(let thread, _):
       return .thread(thread, reason: "")
     case .queue(let queue) where QueueOwnership.isMainQueue(queue):
       return .mainQueue
@@ -134,10 +168,21 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
     }
   }
 
+  /// Why a deadlock through a wait for this target is not proven, as the end of "… waits for
+  /// <target>, which …"; `nil` where every thread that may end the wait is known.
+  var openness: String? {
+    switch kind {
+    case .thread(_, inDispatchWork: true):
+      "was captured in dispatch work: another job may signal in that thread's place"
+    case .work: "a thread that does not perform it now may still end"
+    case .thread, .queue: nil
+    }
+  }
+
   /// The target as reports name it: `thread 4711`, `queue "db"`, `work "loader"`.
   public var description: String {
     switch kind {
-    case .thread(let thread): "\(thread)"
+    case .thread(let thread, _): "\(thread)"
     case .queue(let queue):
       QueueOwnership.isMainQueue(queue) ? "the main queue" : "queue \"\(queue.label)\""
     case .work(_, let name): "work \"\(name)\""

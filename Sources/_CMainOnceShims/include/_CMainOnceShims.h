@@ -87,10 +87,19 @@ static inline void mainonce_light_barrier(void) { __asm__ __volatile__("" ::: "m
 /// system call failed.
 bool mainonce_heavy_barrier(void);
 
-/// Runs `work(context)` on libdispatch's default-priority overcommit global queue, which starts
-/// a thread for it if every worker is busy (or blocked), `delay` nanoseconds from now (0: now).
+/// Runs `work(context)` on MainOnce's own concurrent queue, which targets libdispatch's
+/// default-priority overcommit global queue: that starts a thread for it if every worker is
+/// busy (or blocked). `delay` nanoseconds from now (0: now).
 void mainonce_async_overcommit(uint64_t delay, void *context,
                                void (*work)(void *_Nullable context));
+
+/// Whether the calling thread is running work libdispatch gave it: a block or function of a
+/// queue (the main queue's too), a source's handler, a task of Swift concurrency's global
+/// executor, an iteration of `concurrentPerform`, or a `sync` the thread itself runs. False on
+/// a thread of the program's own outside all of these: such a thread runs only the program's
+/// code, one thing after another. libdispatch's pool threads pass from one job to the next, so
+/// a thread captured in one job may run another later.
+bool mainonce_runs_dispatch_work(void);
 
 /// Runs the main queue's pending work on the calling thread, as CoreFoundation's run loop
 /// does. Legal only on the main thread while the main queue is bound to it.

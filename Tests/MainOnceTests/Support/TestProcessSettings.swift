@@ -29,7 +29,7 @@ struct TestProcessSettings: SuiteTrait, TestScoping {
   func provideScope(
     for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
   ) async throws {
-    DeadlockDetection.setStallTimeout(Self.stallTimeout)
+    DeadlockDetection.stalls = .report(after: Self.stallTimeout)
     try await function()
   }
 }

@@ -78,7 +78,7 @@ extension Duration {
 /// For an exit test that expects a stall: a 100 ms stall timeout, and a report handler that
 /// writes the first stall report to standard error after `REPORT ` and ends the process.
 func exitAtTheFirstStallReport() {
-  DeadlockDetection.setStallTimeout(.milliseconds(100))
+  DeadlockDetection.stalls = .report(after: .milliseconds(100))
   DeadlockDetection.reportHandler = { report in
     guard report.kind == .stall else { return }
     FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
