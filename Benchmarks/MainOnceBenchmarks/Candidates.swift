@@ -33,7 +33,7 @@ struct Candidate: Sendable {
     suspending("await onceOnMain(token:)", mainOnce: true) {
       await repeatProbe($0, FastPaths.asyncOnceOnMainProbe)
     },
-    suspending("await AsyncMainLazy.value", mainOnce: true) {
+    suspending("await AsyncMainLazy.get()", mainOnce: true) {
       await repeatProbe($0, FastPaths.asyncLazyProbe)
     },
     blocking("onceOnMain(for:) (per object)", mainOnce: true) {

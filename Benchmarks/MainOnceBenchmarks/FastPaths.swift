@@ -38,7 +38,7 @@ enum FastPaths {
   @MainActor
   static func prepare(using worker: WorkerThread) async throws {
     prepareBlocking()
-    _ = try await asyncLazy.value
+    _ = try await asyncLazy.get()
     // The Khan port must not run here: on a main-queue worker thread `Thread.isMainThread` is
     // false, and its `main.sync` from the main queue would trap. That is its Linux bug.
     await worker.run { KhanPort.onceOnMainThread(khanPredicate) {} }
@@ -100,7 +100,7 @@ enum FastPaths {
   }
 
   @inline(never) static func asyncLazyProbe() async -> Int {
-    (try? await asyncLazy.value) ?? 0
+    (try? await asyncLazy.get()) ?? 0
   }
 }
 

@@ -9,7 +9,7 @@ internal import Synchronization
 /// }
 ///
 /// func resume() async throws {  // any task
-///   let session = try await Sessions.current.value
+///   let session = try await Sessions.current.get()
 ///   session.start()
 /// }
 /// ```
@@ -18,7 +18,8 @@ internal import Synchronization
 ///   of its own, so that cancelling a caller never cancels the build.
 /// - If the build throws, every caller waiting for it gets the error and nothing is kept: the
 ///   next access starts a new build.
-/// - Once built, ``value`` is one acquiring load and one load: no lock, no hop, no suspension.
+/// - Once built, ``get(file:line:)`` is one acquiring load and one load: no lock, no hop, no
+///   suspension.
 ///
 /// A caller whose task is cancelled while it waits stops waiting with `CancellationError`; the
 /// build goes on for the others. A build that succeeds is kept even if every caller waiting
@@ -33,13 +34,15 @@ internal import Synchronization
 /// of it costs a lazy-global check on access.
 ///
 /// This type cannot deadlock on the main queue: it never blocks a thread. A builder that awaits
-/// its own ``value`` could never finish. MainOnce stops the process with a message that names the
-/// declaration when the build's own task awaits it, or a task the build must wait for: a child
-/// task of the build (`async let`, a task group). A `Task { }` started inside the build may or
-/// may not be waited for by the build, so MainOnce cannot tell whether its await can end: such a
-/// task waits, and the stall report names it if the build does not end. So does a child task
-/// that gave itself an executor preference of its own (`withTaskExecutorPreference`): MainOnce
-/// recognises children by the task executor each build owns, which they no longer run on.
+/// its own value could never finish. MainOnce stops the process with a message that names the
+/// declaration and the await when the build's own task awaits it, or a task the build must wait
+/// for: a child task of the build (`async let`, a task group). A `Task { }` started inside the
+/// build may or may not be waited for by the build, so MainOnce cannot tell whether its await
+/// can end: such a task waits, and the stall report names its await's call site if the build
+/// does not end. So does a child task that gave itself an executor preference of its own
+/// (`group.addTask(executorPreference:)`, `withTaskExecutorPreference`): MainOnce recognises
+/// children by the task executor each build owns, which they no longer run on, and the
+/// runtime offers no public way to ask a task for its parent.
 public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Odd until built, then the address of the built value. Written only by a build, under
   /// `state`'s lock; the build's task holds `self`, so the storage is in place.
@@ -87,17 +90,24 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
   /// The value, built on first use.
   ///
+  /// Once built, this is one acquiring load and one load, inlined into the caller: no lock, no
+  /// hop, no suspension. Everything the builder wrote happens before every return. Otherwise
+  /// the caller joins the build in flight, or starts one on the main actor, and suspends; it
+  /// never blocks a thread.
+  ///
+  /// - Parameters:
+  ///   - file: The caller's file, for diagnostics; leave the default.
+  ///   - line: The caller's line, for diagnostics; leave the default.
+  /// - Returns: The value the build returned.
   /// - Throws: The error the build threw, if the build this caller waited for failed;
   ///   `CancellationError` if the caller's task was cancelled while it waited.
   @inlinable
-  public var value: Value {
-    get async throws {
-      let word = _storage.value
-      if _fastPath(word & 1 == 0) {
-        return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
-      }
-      return try await _buildOrJoin()
+  public func get(file: StaticString = #fileID, line: UInt = #line) async throws -> Value {
+    let word = _storage.value
+    if _fastPath(word & 1 == 0) {
+      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
     }
+    return try await _buildOrJoin(CallSite(file: file, line: line))
   }
 
   /// Whether the value is built. Never builds it, and never waits for a build in flight.
@@ -145,7 +155,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Everything the builder wrote happens before this call returns. Once built, it returns at
   /// once, with one acquiring load and one load, inlined, cancelled or not. It never blocks a
   /// thread. Awaited from inside the value's own build (its task, or a child task the build
-  /// waits for), it stops the process with a message, as an await of ``value`` does there; if
+  /// waits for), it stops the process with a message, as ``get(file:line:)`` does there; if
   /// no caller ever builds the value, MainOnce reports the wait as a stall once it has lasted
   /// the stall timeout.
   ///
@@ -167,8 +177,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
   @usableFromInline
   @inline(never)
-  func _buildOrJoin() async throws -> Value {
-    try await join(at: declaration, bringsBuild: true)
+  func _buildOrJoin(_ site: CallSite) async throws -> Value {
+    try await join(at: site, bringsBuild: true)
   }
 
   @usableFromInline
@@ -481,12 +491,16 @@ extension AsyncBuild: StallSubject {
         },
         obstacle: hasStarted
           ? .builder(since: startedAt) : slot.machine.isBuilding ? .mainQueue : .noAttempt)
-      let startedInside = callers.filter { $0.wasStartedInside(self) }.count
-      if startedInside > 0 {
+      let startedInside = callers.filter { $0.wasStartedInside(self) }.map { "\($0.site)" }
+      if !startedInside.isEmpty {
+        let one = startedInside.count == 1
         snapshot.notes.append(
-          "\(startedInside) of these tasks \(startedInside == 1 ? "was" : "were") started inside"
-            + " the build with Task { }, or as a child task with an executor preference of its"
-            + " own: if the builder waits for one of them, it can never finish")
+          "the task\(one ? "" : "s") awaiting at \(startedInside.joined(separator: ", "))"
+            + " \(one ? "was" : "were") started inside the build with Task { }, or as"
+            + " \(one ? "a child task" : "child tasks") with an executor preference of"
+            + " \(one ? "its" : "their") own (addTask(executorPreference:),"
+            + " withTaskExecutorPreference): if the builder waits for \(one ? "it" : "one of them"),"
+            + " it can never finish")
       }
       return snapshot
     }

@@ -340,7 +340,8 @@ extension MainLazy where Value: Sendable {
   ///   read with ``get()`` there, which suspends instead.
   @available(
     *, noasync,
-    message: "blocks the thread until the main queue has built the value; use 'try await get()'"
+    message:
+      "use 'try await get()' in async code: it builds in place on the main actor, and elsewhere suspends instead of blocking a thread"
   )
   @inlinable
   public var value: Value {
@@ -378,7 +379,8 @@ extension MainLazy where Value: Sendable, Failure == Never {
   ///   read with ``get()`` there, which suspends instead.
   @available(
     *, noasync,
-    message: "blocks the thread until the main queue has built the value; use 'await get()'"
+    message:
+      "use 'await get()' in async code: it builds in place on the main actor, and elsewhere suspends instead of blocking a thread"
   )
   @inlinable
   public var value: Value {

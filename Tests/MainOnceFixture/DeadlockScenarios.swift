@@ -336,7 +336,7 @@ enum DeadlockScenario: String, CaseIterable {
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
     case .neverServedAsyncLazy:
       Task.detached {
-        _ = try await Tokens.lazy.value
+        _ = try await Tokens.lazy.get()
         verdict(true, "the builder ran")
       }
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
@@ -401,7 +401,7 @@ enum DeadlockScenario: String, CaseIterable {
         verdict(value == 42, "the wait ended")
       }
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2.5))
-      Task.detached { _ = try await Tokens.lazy.value }
+      Task.detached { _ = try await Tokens.lazy.get() }
     case .nestedSyncWithoutIntrospection:
       DeadlockDetection.reportHandler = { report in
         FileHandle.standardError.write(Data((report.text + "\n").utf8))

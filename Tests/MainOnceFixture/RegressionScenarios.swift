@@ -86,7 +86,7 @@ enum RegressionScenario: String, CaseIterable {
       Task.detached {
         let value =
           scenario == .asyncLazyAsyncLetAwaitsItself
-          ? try await SelfAwaiting.viaAsyncLet.value : try await SelfAwaiting.viaTaskGroup.value
+          ? try await SelfAwaiting.viaAsyncLet.get() : try await SelfAwaiting.viaTaskGroup.get()
         verdict(true, "the builder finished with \(value)")
       }
     case .trackedWaitBodySleepsAfterItsWait, .trackedWaitBodyWithDeadline:
@@ -131,14 +131,14 @@ enum RegressionScenario: String, CaseIterable {
 private enum SelfAwaiting {
   static let asyncLetLine = #line + 1
   static let viaAsyncLet: AsyncMainLazy<Int> = AsyncMainLazy {
-    async let inner = SelfAwaiting.viaAsyncLet.value
+    async let inner = SelfAwaiting.viaAsyncLet.get()
     return try await inner + 1
   }
 
   static let taskGroupLine = #line + 1
   static let viaTaskGroup: AsyncMainLazy<Int> = AsyncMainLazy {
     try await withThrowingTaskGroup(of: Int.self) { group in
-      group.addTask { try await SelfAwaiting.viaTaskGroup.value }
+      group.addTask { try await SelfAwaiting.viaTaskGroup.get() }
       return try await group.next()! + 1
     }
   }

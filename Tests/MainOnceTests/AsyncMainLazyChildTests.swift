@@ -14,7 +14,7 @@ struct AsyncMainLazyChildTests {
   func taskPreferringTheGlobalExecutor() async {
     await #expect(processExitsWith: .success) {
       boundExitTest(seconds: 10)
-      let value = try await GlobalPreferenceTask.lazy.value
+      let value = try await GlobalPreferenceTask.lazy.get()
       let started = try await GlobalPreferenceTask.started.withLock { $0 }!.value
       exit(value == 1 && started == 1 ? EXIT_SUCCESS : EXIT_FAILURE)
     }
@@ -26,7 +26,7 @@ struct AsyncMainLazyChildTests {
   func taskAwaitingUnderTheGlobalExecutor() async {
     await #expect(processExitsWith: .success) {
       boundExitTest(seconds: 10)
-      let value = try await GlobalPreferenceScope.lazy.value
+      let value = try await GlobalPreferenceScope.lazy.get()
       let started = try await GlobalPreferenceScope.started.withLock { $0 }!.value
       exit(value == 2 && started == 2 ? EXIT_SUCCESS : EXIT_FAILURE)
     }
@@ -36,7 +36,7 @@ struct AsyncMainLazyChildTests {
   func buildTaskWithItsOwnPreferenceStops() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest(seconds: 10)
-      _ = try? await OwnPreferenceBuild.lazy.value
+      _ = try? await OwnPreferenceBuild.lazy.get()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("awaited its own value while building it"), "\(text)")
@@ -45,20 +45,32 @@ struct AsyncMainLazyChildTests {
   }
 
   /// A child task that prefers another executor no longer runs on the build's: MainOnce cannot
-  /// tell it from a `Task { }`, so it waits, and the stall report names it.
-  @Test("an async let child that changed its executor preference is named in the stall report")
-  func childWithItsOwnPreferenceIsReported() async {
+  /// tell it from a `Task { }`, so it waits, and the stall report names its await's call site.
+  @Test(
+    "a child that set its own executor preference is named in the stall report by its call site",
+    arguments: [false, true])
+  func childWithItsOwnPreferenceIsReported(inTaskGroup: Bool) async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+      [inTaskGroup] in
       boundExitTest(seconds: 10)
       exitAtTheFirstStallReport()
-      _ = try? await ChildWithOwnPreference.lazy.value
+      if inTaskGroup {
+        _ = try? await GroupChildWithOwnPreference.lazy.get()
+      } else {
+        _ = try? await ChildWithOwnPreference.lazy.get()
+      }
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let child = inTaskGroup ? GroupChildWithOwnPreference.child : ChildWithOwnPreference.child
     #expect(text.contains("REPORT MainOnce: 2 callers have waited"), "\(text)")
     #expect(
-      text.contains("or as a child task with an executor preference of its own"), "\(text)")
+      text.contains(
+        "the task awaiting at \(child) was started inside the build with Task { }, or as a child"
+          + " task with an executor preference of its own (addTask(executorPreference:),"
+          + " withTaskExecutorPreference)"), "\(text)")
     #expect(!text.contains("exit test timed out"), "\(text)")
   }
+
 }
 
 /// A task executor of the test's own, which runs jobs on the global concurrent executor.
@@ -75,7 +87,7 @@ private enum GlobalPreferenceTask {
   static let started = Mutex<Task<Int, any Error>?>(nil)
   static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
     let task = Task(executorPreference: globalConcurrentExecutor) {
-      try await GlobalPreferenceTask.lazy.value
+      try await GlobalPreferenceTask.lazy.get()
     }
     started.withLock { $0 = task }
     // The task's await meets the build in flight: it waits beside the build's caller.
@@ -92,7 +104,7 @@ private enum GlobalPreferenceScope {
   static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
     let task = Task {
       try await withTaskExecutorPreference(globalConcurrentExecutor) {
-        try await GlobalPreferenceScope.lazy.value
+        try await GlobalPreferenceScope.lazy.get()
       }
     }
     started.withLock { $0 = task }
@@ -107,7 +119,7 @@ private enum OwnPreferenceBuild {
   static let declaration = "MainOnceTests/AsyncMainLazyChildTests.swift:\(#line + 1)"
   static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
     try await withTaskExecutorPreference(OtherExecutor()) {
-      try await OwnPreferenceBuild.lazy.value + 1
+      try await OwnPreferenceBuild.lazy.get() + 1
     }
   }
 }
@@ -115,10 +127,25 @@ private enum OwnPreferenceBuild {
 /// A builder that waits for an `async let` child which awaits the value under an executor
 /// preference of its own.
 private enum ChildWithOwnPreference {
+  static let child = "MainOnceTests/AsyncMainLazyChildTests.swift:\(#line + 3)"
   static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
     async let inner = withTaskExecutorPreference(OtherExecutor()) {
-      try await ChildWithOwnPreference.lazy.value
+      try await ChildWithOwnPreference.lazy.get()
     }
     return try await inner + 1
+  }
+}
+
+/// A builder that waits for a task-group child added with an executor preference of its own,
+/// which awaits the value.
+private enum GroupChildWithOwnPreference {
+  static let child = "MainOnceTests/AsyncMainLazyChildTests.swift:\(#line + 4)"
+  static let lazy: AsyncMainLazy<Int> = AsyncMainLazy {
+    try await withThrowingTaskGroup(of: Int.self) { group in
+      group.addTask(executorPreference: OtherExecutor()) {
+        try await GroupChildWithOwnPreference.lazy.get()
+      }
+      return try await group.next()! + 1
+    }
   }
 }

@@ -35,14 +35,14 @@ struct AsyncMainLazyTests {
     let script = BuildScript([.success(7)])
     let lazy = AsyncMainLazy { try await script.build() }
     let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
-    let callers = (0..<16).map { _ in Task { try await lazy.value } }
+    let callers = (0..<16).map { _ in Task { try await lazy.get() } }
     _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == 16 }
     script.finishBuild()
     for caller in callers {
       #expect(try await withinTimeLimit { try await caller.value } == 7)
     }
     #expect(script.builds.count == 1)
-    #expect(try await withinTimeLimit { try await lazy.value } == 7)
+    #expect(try await withinTimeLimit { try await lazy.get() } == 7)
   }
 
   @Test("a failed build reaches every waiting caller, and the next access builds again")
@@ -50,7 +50,7 @@ struct AsyncMainLazyTests {
     let script = BuildScript([.failure(BuildFailed()), .success(8)])
     let lazy = AsyncMainLazy { try await script.build() }
     let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
-    let callers = (0..<6).map { _ in Task { try await lazy.value } }
+    let callers = (0..<6).map { _ in Task { try await lazy.get() } }
     // Every caller has joined the build before it fails: none may start the next one.
     _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == 6 }
     script.finishBuild()
@@ -59,7 +59,7 @@ struct AsyncMainLazyTests {
         try await withinTimeLimit { try await caller.value }
       }
     }
-    let retried = Task { try await lazy.value }
+    let retried = Task { try await lazy.get() }
     _ = await eventually { script.builds.count == 2 }
     script.finishBuild()
     #expect(try await withinTimeLimit { try await retried.value } == 8)
@@ -71,8 +71,8 @@ struct AsyncMainLazyTests {
     let script = BuildScript([.success(9)])
     let lazy = AsyncMainLazy { try await script.build() }
     let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
-    let cancelled = Task { try await lazy.value }
-    let patient = Task { try await lazy.value }
+    let cancelled = Task { try await lazy.get() }
+    let patient = Task { try await lazy.get() }
     try await cancelWhileBuilding(cancelled, callers: 2, declaration, script)
     script.finishBuild()
     #expect(try await withinTimeLimit { try await patient.value } == 9)
@@ -84,12 +84,12 @@ struct AsyncMainLazyTests {
     let script = BuildScript([.success(11)])
     let lazy = AsyncMainLazy { try await script.build() }
     let declaration = "AsyncMainLazyTests.swift:\(#line - 1)"
-    try await cancelWhileBuilding(Task { try await lazy.value }, callers: 1, declaration, script)
+    try await cancelWhileBuilding(Task { try await lazy.get() }, callers: 1, declaration, script)
     script.finishBuild()
     // No caller is left to publish the value: the build does, for the fast path to find.
     let published = await eventually(timeout: .seconds(5)) { lazy._storage.isPublished }
     #expect(published, "not published after the build ended")
-    #expect(try await withinTimeLimit { try await lazy.value } == 11)
+    #expect(try await withinTimeLimit { try await lazy.get() } == 11)
     #expect(script.builds.count == 1)
   }
 
@@ -99,7 +99,7 @@ struct AsyncMainLazyTests {
     let lazy = AsyncMainLazy { try await script.build() }
     let caller = Task {
       withUnsafeCurrentTask { $0?.cancel() }
-      return try await lazy.value
+      return try await lazy.get()
     }
     await #expect(throws: CancellationError.self) {
       try await withinTimeLimit { try await caller.value }

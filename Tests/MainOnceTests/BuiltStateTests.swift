@@ -114,7 +114,7 @@ struct BuiltStateTests {
     #expect(lazy.isBuilt == false)
     #expect(lazy.valueIfBuilt == nil)
     #expect(builds.value == 0, "asking built a value")
-    #expect(try await withinTimeLimit { try await lazy.value } == 1)
+    #expect(try await withinTimeLimit { try await lazy.get() } == 1)
     #expect(lazy.isBuilt == true)
     #expect(lazy.valueIfBuilt == 1)
     #expect(builds.value == 1)
@@ -130,12 +130,12 @@ struct BuiltStateTests {
       return captured.number
     }
     captured = nil
-    let first = try await withinTimeLimit { try? await lazy.value }
+    let first = try await withinTimeLimit { try? await lazy.get() }
     #expect(first == .some(nil), "the first build was to throw")
     #expect(lazy.isBuilt == false)
     #expect(lazy.valueIfBuilt == nil)
     #expect(watch.isAlive, "the builder was released after a build that threw")
-    #expect(try await withinTimeLimit { try await lazy.value } == 9)
+    #expect(try await withinTimeLimit { try await lazy.get() } == 9)
     #expect(lazy.isBuilt == true)
     #expect(lazy.valueIfBuilt == 9)
     #expect(!watch.isAlive, "the builder's capture outlived a successful build")

@@ -242,7 +242,7 @@ struct DeadlockTests {
       ("neverServedCompletion", "a completion handler has waited ", "in onceOnMain(token:) at "),
       (
         "neverServedAsyncLazy", "a task has waited ",
-        "in await AsyncMainLazy.value for the builder of AsyncMainLazy<Int>"
+        "in await AsyncMainLazy.get() at MainOnceFixture/DeadlockScenarios.swift:"
       ),
     ])
   func nonBlockingFormsReport(_ scenario: String, _ who: String, _ call: String) async throws {
@@ -278,7 +278,7 @@ struct DeadlockTests {
       ),
       (
         "asyncLazyWaitWithoutBuild", "in await AsyncMainLazy.wait() at ", "the builder",
-        "AsyncMainLazy.value"
+        "AsyncMainLazy.get()"
       ),
     ])
   func waitWithoutInitializer(

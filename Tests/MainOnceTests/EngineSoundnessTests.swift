@@ -169,13 +169,15 @@ struct EngineSoundnessTests {
 private enum SelfAwaitingLazy {
   static let value: AsyncMainLazy<Int> = AsyncMainLazy { try await SelfAwaitingLazy.read() + 1 }
 
-  static func read() async throws -> Int { try await value.value }
+  static func read() async throws -> Int { try await value.get() }
 }
 
 /// An `AsyncMainLazy` whose builder waits for a task it started, which awaits the value.
 private enum TaskAwaitingLazy {
+  /// The line of the inner task's await.
+  static let inner = #line + 2
   static let value: AsyncMainLazy<Int> = AsyncMainLazy {
-    try await Task { try await TaskAwaitingLazy.value.value }.value + 1
+    try await Task { try await TaskAwaitingLazy.value.get() }.value + 1
   }
 }
 
@@ -230,7 +232,7 @@ struct EngineSoundnessInProcessTests {
   func asyncLazyAwaitingItself() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest(seconds: 5)
-      _ = try? await SelfAwaitingLazy.value.value
+      _ = try? await SelfAwaitingLazy.value.get()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnce:"), "\(text)")
@@ -251,12 +253,14 @@ struct EngineSoundnessInProcessTests {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest(seconds: 10)
       exitAtTheFirstStallReport()
-      _ = try? await TaskAwaitingLazy.value.value
+      _ = try? await TaskAwaitingLazy.value.get()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("REPORT MainOnce: 2 callers have waited"), "\(text)")
     #expect(
-      text.contains("1 of these tasks was started inside the build with Task { }"), "\(text)")
+      text.contains(
+        "the task awaiting at MainOnceTests/EngineSoundnessTests.swift:\(TaskAwaitingLazy.inner)"
+          + " was started inside the build with Task { }"), "\(text)")
     #expect(!text.contains("awaited its own value while building it"), "\(text)")
   }
 
@@ -300,7 +304,7 @@ struct EngineSoundnessInProcessTests {
       gate.returned.store(true, ordering: .releasing)
       return 5
     }
-    let callers = (0..<2_000).map { _ in Task.detached { try await lazy.value } }
+    let callers = (0..<2_000).map { _ in Task.detached { try await lazy.get() } }
     // Every caller joins the build before it returns.
     _ = await eventually { callersWaiting { $0.hasSuffix(declaration) } == callers.count }
     // As the build returns, cancel every caller: most are resumed already, or about to be.

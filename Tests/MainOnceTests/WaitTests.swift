@@ -324,9 +324,9 @@ struct WaitTests {
     cancelled.cancel()
     await #expect(throws: CancellationError.self) { try await cancelled.value }
     #expect(builds.value.load(ordering: .relaxed) == 0)
-    await #expect(throws: InitializerFailed.self) { try await lazy.value }
+    await #expect(throws: InitializerFailed.self) { try await lazy.get() }
     #expect(await waiters(1, on: "AsyncMainLazy<Gauge>"))
-    let built = try await lazy.value
+    let built = try await lazy.get()
     #expect(built == Gauge(reading: 2))
     #expect(try await waiter.value == built)
     #expect(builds.value.load(ordering: .relaxed) == 2)
@@ -445,7 +445,7 @@ struct WaitTests {
       // A build throws while the wait goes on: its stall has not ended.
       let thrown = DispatchSemaphore(value: 0)
       Task.detached {
-        _ = try? await WaitTokens.flaky.value
+        _ = try? await WaitTokens.flaky.get()
         thrown.signal()
       }
       guard thrown.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
@@ -454,7 +454,7 @@ struct WaitTests {
         log.of(.stall).count > 1 || !log.of(.stallEnded).isEmpty
       }
       guard log.of(.stall).count == 1, log.of(.stallEnded).isEmpty else { exit(6) }
-      Task.detached { _ = try? await WaitTokens.flaky.value }
+      Task.detached { _ = try? await WaitTokens.flaky.get() }
       guard waited.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
       // The wait ended: its stall's end is reported once.
       guard waitUntil({ !log.of(.stallEnded).isEmpty }) else { exit(4) }
@@ -497,7 +497,7 @@ struct WaitTests {
   func asyncLazyWaitInsideItsOwnBuild() async {
     let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
       boundExitTest()
-      _ = try? await WaitTokens.selfWaitingBuild.value
+      _ = try? await WaitTokens.selfWaitingBuild.get()
     }
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("waited for its own value while building it"), "\(text)")

@@ -128,7 +128,7 @@ enum Sessions {
 }
 
 func resume() async throws {  // any task
-  let session = try await Sessions.current.value
+  let session = try await Sessions.current.get()
   session.start()
 }
 

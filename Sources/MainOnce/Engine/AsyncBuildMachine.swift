@@ -30,7 +30,7 @@
 // | building | the build succeeds                                                                                                | built    |
 // | built    | a caller arrives; a waiter arrives; a cancelled caller arrives; a cancelled waiter arrives; a caller is cancelled | built    |
 //
-// A *caller* builds (`AsyncMainLazy.value`); a *waiter* never does (`AsyncMainLazy.wait()`):
+// A *caller* builds (`AsyncMainLazy.get()`); a *waiter* never does (`AsyncMainLazy.wait()`):
 // *awaited* is a value whose callers are all waiters, with no build in flight.
 //
 // A build that throws answers every caller that waits for it with its error, but for the waits

@@ -22,7 +22,7 @@ enum CellLabel: Sendable, CustomStringConvertible {
     case .token: "onceOnMain(token:)"
     case .lazy: "MainLazy.value"
     case .object(_, _, let operation): operation
-    case .asyncLazy: "AsyncMainLazy.value"
+    case .asyncLazy: "AsyncMainLazy.get()"
     }
   }
 
@@ -57,8 +57,8 @@ enum CellLabel: Sendable, CustomStringConvertible {
   /// Whether calls for this cell pass their call site (`MainLazy.value`, a property, cannot).
   var hasCallSites: Bool {
     switch self {
-    case .lazy, .asyncLazy: false
-    case .token, .object: true
+    case .lazy: false
+    case .token, .object, .asyncLazy: true
     }
   }
 
