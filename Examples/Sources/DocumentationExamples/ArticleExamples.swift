@@ -92,3 +92,10 @@ func showFirstWindow() {
     initializeToolkit()
   }
 }
+
+// MARK: Choosing an API: where tokens and lazy values live
+
+struct SoundBoard: ~Copyable {
+  let setup = MainOnceToken("player")
+  let mixer = MainLazy<Mixer, Never> { Mixer() }
+}
