@@ -1,5 +1,6 @@
 #if defined(__linux__)
 #define _GNU_SOURCE
+#include <errno.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -296,20 +297,32 @@ void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable conte
 }
 
 // Registered once, before main: a process that later reads another thread's published wait
-// may then order itself against that thread's plain stores with a heavy barrier.
-bool mainonce_heavy_barrier_is_registered = false;
+// may then order itself against that thread's plain stores with a heavy barrier. Until then, and
+// for good once a heavy barrier fails, waits are published under the sequentially consistent
+// protocol (tag 1).
+uintptr_t mainonce_wait_board_tag_slot = 1;
 
 __attribute__((constructor)) static void register_heavy_barrier(void) {
-  mainonce_heavy_barrier_is_registered =
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
+    __atomic_store_n(&mainonce_wait_board_tag_slot, 0, __ATOMIC_RELAXED);
+  }
 }
 
-bool mainonce_heavy_barrier(void) {
-  if (!mainonce_heavy_barrier_is_registered) {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return true;
+int32_t mainonce_heavy_barrier(void) {
+  if (mainonce_wait_board_tag() == 0) {
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return 0;
+    // It worked at load and fails now (a seccomp filter installed since, say): this barrier
+    // ordered nothing, and no later one is tried. The first to switch the board says so.
+    int error = errno > 0 ? errno : ENOSYS;
+    uintptr_t barrier = 0;
+    if (__atomic_compare_exchange_n(&mainonce_wait_board_tag_slot, &barrier, 1, false,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      return error;
+    }
   }
-  return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return -1;
 }
 
 // DISPATCH_QUEUE_OVERCOMMIT, libdispatch's private flag for the overcommit root queues.

@@ -42,6 +42,8 @@ enum Detector {
     var interval = slice
     var nextLook: UInt64 = 0
     repeat {
+      // After a failed heavy barrier, readers skip the wait until it is published again.
+      WaitBoard.republishOwnWait()
       let now = Platform.monotonicNanoseconds()
       let response = DeadlockDetection.cycles
       if response != .off, !isCycleReported, now >= nextLook {

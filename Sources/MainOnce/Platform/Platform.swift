@@ -103,6 +103,25 @@ enum Platform {
     }
   }
 
+  /// Orders a reader of the wait board against the threads that withdraw their waits (see
+  /// `WaitBoard`); whether a heavy barrier did, so that slots published under the barrier
+  /// protocol may be read. `membarrier` that worked at load and fails now switches the board to
+  /// the sequentially consistent protocol for good; the reader that switched it says so, once.
+  static func heavyBarrier() -> Bool {
+    let result = mainonce_heavy_barrier()
+    if result > 0 {
+      DeadlockReport.warning(
+        "MainOnce: membarrier failed with errno \(result) (\(String(cString: strerror(result))))"
+          + " though it worked at load (a seccomp filter installed since?); the deadlock"
+          + " detector now reads waits with sequentially consistent operations. Blocked"
+          + " once-cell callers and semaphore or group waits publish theirs again within 25 ms;"
+          + " a trackedSync blocked in sync or a withTrackedWait that began before now is"
+          + " missed until it ends, and a deadlock closed through one goes unseen meanwhile."
+      ).deliver(at: nil)
+    }
+    return result == 0
+  }
+
   /// Monotonic time in nanoseconds.
   static func monotonicNanoseconds() -> UInt64 {
     var now = timespec()

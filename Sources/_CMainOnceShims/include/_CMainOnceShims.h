@@ -71,21 +71,28 @@ int32_t mainonce_main_queue_handle(void);
 /// Submits `work(context)` to the main queue: dispatch_async_f, with no block to copy.
 void mainonce_main_queue_async(void *context, void (*work)(void *_Nullable context));
 
-/// Whether the process registered, when it was loaded, for private expedited `membarrier`: then
-/// ``mainonce_heavy_barrier`` makes every running thread of the process execute a full memory
-/// barrier, and the threads it orders against need only ``mainonce_light_barrier`` on their
-/// side. Set once, before `main`.
-extern bool mainonce_heavy_barrier_is_registered;
+/// The wait board's protocol (see Engine/WaitBoard.swift), as the tag that a wait published now
+/// carries in the low bit of its slot: 0, the barrier protocol, while the process is registered
+/// for private expedited `membarrier` (it registers when it is loaded) and no heavy barrier has
+/// failed since; 1, the sequentially consistent protocol. It changes at most once, from 0 to 1,
+/// at the first heavy barrier that fails. A relaxed atomic load: the protocol a slot is
+/// withdrawn under is its own tag, so no ordering rests on this load.
+extern uintptr_t mainonce_wait_board_tag_slot;
 
-static inline bool mainonce_has_heavy_barrier(void) { return mainonce_heavy_barrier_is_registered; }
+static inline uintptr_t mainonce_wait_board_tag(void) {
+  return __atomic_load_n(&mainonce_wait_board_tag_slot, __ATOMIC_RELAXED);
+}
 
 /// A compiler barrier: no instruction, but no memory access moves across it.
 static inline void mainonce_light_barrier(void) { __asm__ __volatile__("" ::: "memory"); }
 
-/// A full memory barrier on every running thread of the process (`membarrier`), or, where
-/// ``mainonce_has_heavy_barrier`` is false, on the calling thread only. Returns false if the
-/// system call failed.
-bool mainonce_heavy_barrier(void);
+/// Orders a reader of the wait board against the threads that withdraw their waits. Under the
+/// barrier protocol, a full memory barrier on every running thread of the process
+/// (`membarrier`); returns 0 if it worked: slots tagged 0 may then be read. Otherwise a full
+/// fence on the calling thread only, and only slots tagged 1 may be read: returns -1, or, from
+/// the one call whose failed `membarrier` switched the board to the sequentially consistent
+/// protocol, the errno it failed with (a positive number).
+int32_t mainonce_heavy_barrier(void);
 
 /// Runs `work(context)` on MainOnce's own concurrent queue, which targets libdispatch's
 /// default-priority overcommit global queue: that starts a thread for it if every worker is
