@@ -41,9 +41,11 @@ let package = Package(
     ),
     .executableTarget(
       name: "MainOnceFixture",
-      dependencies: ["MainOnceFixtureSupport"],
+      dependencies: ["MainOnceFixtureSupport", "CFixtureShims"],
       path: "Tests/MainOnceFixture"
     ),
+    // System calls Swift cannot make (variadic C functions), for fixture scenarios only.
+    .target(name: "CFixtureShims", path: "Tests/CFixtureShims"),
     .executableTarget(
       name: "MainOnceAsyncFixture",
       dependencies: ["MainOnceFixtureSupport"],
@@ -64,7 +66,7 @@ let package = Package(
   swiftLanguageModes: [.v6]
 )
 
-for target in package.targets where target.name != "_CMainOnceShims" {
+for target in package.targets where !["_CMainOnceShims", "CFixtureShims"].contains(target.name) {
   target.swiftSettings =
     (target.swiftSettings ?? []) + [
       .enableUpcomingFeature("ExistentialAny"),

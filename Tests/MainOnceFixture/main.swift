@@ -21,6 +21,8 @@ let usage =
   + DetectorScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture fork "
   + ForkScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture barrier "
+  + BarrierScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture engine "
   + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
 
@@ -46,6 +48,12 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "service",
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fork",
   let scenario = ForkScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "barrier",
+  let scenario = BarrierScenario(rawValue: CommandLine.arguments[2])
 {
   scenario.run()
 }
