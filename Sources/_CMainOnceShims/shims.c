@@ -110,18 +110,26 @@ static int32_t fork_stale_id;    // the forking thread's id as libdispatch names
 static int32_t fork_thread_id;   // its real id in the child
 static bool fork_reset_pending;  // the child has not yet forgotten the parent's threads
 static bool fork_inherits_dead_pool;
+static bool fork_lost_main_queue;  // also read before this process forks: its children inherit it
 // The id libdispatch names this thread by, where it differs from the real one (a thread that
 // forked, in the child). The forking thread notes, before the fork, what its child inherits.
 static __thread int32_t dispatch_id_alias;
 static __thread int32_t dispatch_id_for_child;
 static __thread bool dead_pool_for_child;
+static __thread bool lost_main_queue_for_child;
 
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
 extern bool _dispatch_is_multithreaded(void);
 #endif
 
 static void before_fork(void) {
-  dispatch_id_for_child = dispatch_id_alias != 0 ? dispatch_id_alias : mainonce_thread_id();
+  int32_t me = mainonce_thread_id();
+  dispatch_id_for_child = dispatch_id_alias != 0 ? dispatch_id_alias : me;
+  // libdispatch binds the main queue to the main thread when it is loaded, and nothing rebinds
+  // it: a child forked by any other thread (or by the only thread of such a child, whose id is
+  // its pid) has no thread to run main-queue work, neither dispatchMain() nor RunLoop.main.
+  lost_main_queue_for_child =
+      __atomic_load_n(&fork_lost_main_queue, __ATOMIC_RELAXED) || me != (int32_t)getpid();
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
   // libdispatch's worker threads do not exist in the child, but its pool still counts them:
   // timers and work submitted to a global queue never run there (measured with this
@@ -137,6 +145,7 @@ static void in_child(void) {
   __atomic_store_n(&fork_thread_id, me, __ATOMIC_RELAXED);
   __atomic_store_n(&fork_reset_pending, true, __ATOMIC_RELAXED);
   __atomic_store_n(&fork_inherits_dead_pool, dead_pool_for_child, __ATOMIC_RELAXED);
+  __atomic_store_n(&fork_lost_main_queue, lost_main_queue_for_child, __ATOMIC_RELAXED);
   // The forking thread's record was made in the parent and names its parent id: the next slow
   // path makes a fresh one.
   mainonce_thread_record_slot = NULL;
@@ -144,9 +153,9 @@ static void in_child(void) {
 }
 
 __attribute__((constructor)) static void watch_forks(void) {
-  // Two plain functions that touch only this file's variables, ask the kernel for the thread id
-  // and read one libdispatch flag: nothing that could wait for a lock another thread held at the
-  // fork.
+  // Two plain functions that touch only this file's variables, ask the kernel for the thread and
+  // process ids and read one libdispatch flag: nothing that could wait for a lock another thread
+  // held at the fork.
   int status = pthread_atfork(before_fork, NULL, in_child);
   if (status != 0) {
     fprintf(stderr, "MainOnce: pthread_atfork failed (%d); forked children may misjudge the main "
@@ -160,6 +169,10 @@ bool mainonce_take_fork_reset(void) {
 
 bool mainonce_fork_inherits_dead_pool(void) {
   return __atomic_load_n(&fork_inherits_dead_pool, __ATOMIC_RELAXED);
+}
+
+bool mainonce_fork_lost_main_queue(void) {
+  return __atomic_load_n(&fork_lost_main_queue, __ATOMIC_RELAXED);
 }
 
 int32_t mainonce_queue_owner(const void *queue) {

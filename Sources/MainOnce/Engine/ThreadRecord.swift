@@ -141,6 +141,10 @@ final class ThreadRecord: @unchecked Sendable {
   /// had started libdispatch's worker threads stops here, at MainOnce's first slow path: those
   /// threads are gone, libdispatch still counts them, and neither its timers nor its global
   /// queues run work there (measured), so a stall would never be reported and a task never run.
+  /// So does a child forked by a thread other than its parent's main thread: libdispatch keeps
+  /// the main queue bound to that main thread, absent here, and runs no main-queue work at all
+  /// (measured: neither `dispatchMain()` nor `RunLoop.main` runs it), so no initializer for the
+  /// main queue could ever run.
   @inline(never)
   private static func makeCurrent(at site: CallSite?) -> ThreadRecord {
     if mainonce_fork_inherits_dead_pool() {
@@ -151,6 +155,16 @@ final class ThreadRecord: @unchecked Sendable {
           + " timers and global queues never run work here, Swift concurrency's tasks among it,"
           + " so MainOnce could neither watch a wait nor serve an async caller. Fork before any"
           + " Dispatch or Swift concurrency work starts, or call exec in the child.",
+        at: site)
+    }
+    if mainonce_fork_lost_main_queue() {
+      Diagnostics.fail(
+        "MainOnce: this process was forked by a thread other than its parent's main thread"
+          + "\(site.map { ", and the call at \($0) is MainOnce's first use in it" } ?? "")"
+          + ". libdispatch keeps the main queue bound to the parent's main thread, which does not"
+          + " exist in the child: no main-queue work ever runs here (neither dispatchMain() nor"
+          + " RunLoop.main runs it), so no initializer for the main queue could run and its"
+          + " callers would wait forever. Fork from the main thread, or call exec in the child.",
         at: site)
     }
     let record = ThreadRecord()

@@ -94,6 +94,11 @@ static inline void mainonce_light_barrier(void) { __asm__ __volatile__("" ::: "m
 /// protocol, the errno it failed with (a positive number).
 int32_t mainonce_heavy_barrier(void);
 
+/// Whether this process was forked by a thread other than the main thread (tid == pid) of the
+/// process it was forked from, or descends from such a fork: libdispatch's main queue stays
+/// bound to a main thread that does not exist here, and no main-queue work ever runs.
+bool mainonce_fork_lost_main_queue(void);
+
 /// Runs `work(context)` on MainOnce's own concurrent queue, which targets libdispatch's
 /// default-priority overcommit global queue: that starts a thread for it if every worker is
 /// busy (or blocked). `delay` nanoseconds from now (0: now).
