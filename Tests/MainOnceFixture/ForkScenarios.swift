@@ -27,6 +27,9 @@ enum ForkScenario: String, CaseIterable {
   /// The parent has run work on libdispatch's worker threads before forking; in the child,
   /// top-level code calls `onceOnMain`.
   case afterDispatchWorkers
+  /// A `Thread` forks, libdispatch's worker threads not started; in the child, that thread (the
+  /// child's only one, its main thread) calls `onceOnMain`. The parent's main thread waits.
+  case fromThread
 
   func run() -> Never {
     switch self {
@@ -36,9 +39,18 @@ enum ForkScenario: String, CaseIterable {
       let ran = DispatchSemaphore(value: 0)
       DispatchQueue.global().async { ran.signal() }
       ran.wait()
+    case .fromThread:
+      // The thread reaps the child and ends the process; the main thread only waits.
+      Thread { self.forkAndWait() }.start()
+      while true { pause() }
     case .mainAfterWorker, .mainFirst:
       break
     }
+    forkAndWait()
+  }
+
+  /// Forks; in the parent, waits for the child and ends the process with its verdict.
+  private func forkAndWait() -> Never {
     let child = fork()
     if child == 0 { runChild() }
     guard child > 0 else {
@@ -62,7 +74,12 @@ enum ForkScenario: String, CaseIterable {
   }
 
   private func runChild() -> Never {
-    // SIGALRM's default action ends the child, also while its thread is parked for good.
+    // SIGALRM's default action ends the child, also while its thread is parked for good; a
+    // `Thread` that forked may have it blocked.
+    var alarmOnly = sigset_t()
+    sigemptyset(&alarmOnly)
+    sigaddset(&alarmOnly, SIGALRM)
+    pthread_sigmask(SIG_UNBLOCK, &alarmOnly, nil)
     alarm(UInt32(TimeScale.seconds(5).rounded(.up)))
     if self == .mainAfterWorker || self == .usedBeforeFork {
       let used = DispatchSemaphore(value: 0)

@@ -43,3 +43,33 @@ struct ForkTests {
     #expect(outcome.standardError.contains(String(site)), "\(outcome.standardError)")
   }
 }
+
+extension ForkTests {
+  /// A child forked by a thread other than the main thread has no thread to run main-queue work:
+  /// MainOnce stops at its first use, naming the call, instead of waiting forever for the
+  /// parent's main thread.
+  @Test("a child forked from a thread other than the main thread stops at first use with a message")
+  func forkedFromThreadStops() async throws {
+    let outcome = try await FixtureProcess.run(
+      "MainOnceFixture", ["fork", "fromThread"], timeout: .seconds(30))
+    #expect(!outcome.timedOut, "\(outcome.standardOutput)\(outcome.standardError)")
+    // Stopped by MainOnce, not by the child's alarm (SIGALRM, 14) after a hang.
+    #expect(outcome.standardOutput.contains("CHILD signal"), "\(outcome.standardOutput)")
+    #expect(!outcome.standardOutput.contains("CHILD signal 14"), "\(outcome.standardOutput)")
+    #expect(!outcome.standardOutput.contains("INITIALIZER"), "\(outcome.standardOutput)")
+    let site = try #require(
+      outcome.standardOutput.split(separator: "\n").first { $0.hasPrefix("CALLSITE ") }?
+        .dropFirst("CALLSITE ".count), "\(outcome.standardOutput)")
+    let stderr = outcome.standardError
+    #expect(
+      stderr.contains("MainOnce: this process was forked by a thread other than its parent's"),
+      "\(stderr)")
+    #expect(stderr.contains("Fork from the main thread, or call exec in the child"), "\(stderr)")
+    #expect(stderr.contains("and the call at \(site) is MainOnce's first use"), "\(stderr)")
+    // One message, and no report about the parent's threads.
+    #expect(
+      stderr.split(separator: "MainOnce:", omittingEmptySubsequences: false).count == 2, "\(stderr)"
+    )
+    #expect(!stderr.contains("has waited"), "\(stderr)")
+  }
+}
