@@ -141,6 +141,9 @@ enum WaitBoard {
             let pointer = UnsafeRawPointer(bitPattern: address & ~sequential),
             record.publications.load(ordering: .sequentiallyConsistent) == publication
           else { return nil }
+          // This is safe because the slot's protocol holds for this reader (tag 1, or tag 0
+          // after a barrier that worked), so its thread waits for `lock`, held here, before it
+          // lets the object go.
           return (Unmanaged<AnyObject>.fromOpaque(pointer).takeUnretainedValue(), publication)
         })
     }
