@@ -21,7 +21,7 @@ enum BarrierScenario: String, CaseIterable {
   /// The filter, then the cycle: the worker's wait is published before any reader has found the
   /// barrier failing, the main queue's wait after or before, as it happens.
   case filterFirst
-  /// The cycle's waits published while deadlock detection is off (`cycleResponse` is `off`),
+  /// The cycle's waits published while deadlock detection is off (`cycles` is `off`),
   /// both of them under the barrier protocol, then the filter, then `abort`: each wait must be
   /// published again before a reader may see it.
   case publishedFirst
@@ -35,7 +35,7 @@ enum BarrierScenario: String, CaseIterable {
 
   func run() -> Never {
     Watchdog.start(seconds: 10)
-    DeadlockDetection.setStallTimeout(.seconds(60))
+    DeadlockDetection.stalls = .report(after: .seconds(60))
     DeadlockDetection.reportHandler = { report in
       let now = DispatchTime.now().uptimeNanoseconds
       tell("HANDLER \(report.kind) stops=\(report.stopsProcess) \(report.text)")
@@ -63,14 +63,14 @@ enum BarrierScenario: String, CaseIterable {
       denyMembarrier()
       cycle()
     case .publishedFirst:
-      DeadlockDetection.cycleResponse = .off
+      DeadlockDetection.cycles = .off
       cycle()
       Thread {
         // Both waits are published once their grace (50 ms) is over.
         usleep(TimeScale.microseconds(500_000))
         denyMembarrier()
         BarrierScenario.since.store(DispatchTime.now().uptimeNanoseconds, ordering: .releasing)
-        DeadlockDetection.cycleResponse = .abort
+        DeadlockDetection.cycles = .abort
       }.start()
     }
     dispatchMain()
