@@ -130,6 +130,8 @@ enum DeadlockScenario: String, CaseIterable {
           done.signal()
         }
         _ = waitUntilParked()  // the worker is blocked in its hop
+        // The moment the cycle closes, for a measurement of how soon it is stopped.
+        FileHandle.standardOutput.write(Data("CLOSING\n".utf8))
         done.wait(for: .queue(loader))
         verdict(true, "the cycle went unnoticed")
       }
