@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Debian chroots with Debian's own Swift toolchain (the `swiftlang` package), to build and test
+# MainOnce with the older Swift 6 toolchains its tools version admits.
+#
+#   Scripts/toolchain-chroot.sh versions                 each suite and the Swift it must have
+#   Scripts/toolchain-chroot.sh make SUITE               makes the chroot if missing, prints its path
+#   Scripts/toolchain-chroot.sh run SUITE -- COMMAND...  runs COMMAND in the chroot, in a copy of
+#                                                        this package
+#
+# A chroot lives at ${MAINONCE_CHROOT_DIR:-/var/cache/mainonce}/SUITE-swiftlang-VERSION and is
+# reused once made. It is made as root with debootstrap (installed with apt-get if missing) from
+# Debian's archive, in a temporary directory under a lock, and renamed into place only when
+# `swift --version` in it says the version below: a half-made chroot is never reused. Making one
+# downloads about 1.2 GB and takes minutes.
+#
+# `run` copies this package (without its build directories and .git) into the chroot, to
+# /build/<the package's path>, where the builds stay between runs, and runs COMMAND there with
+# /proc and /dev mounted in a mount namespace of its own: the mounts end with COMMAND, whatever
+# way it ends, and no other process sees them. It prints `swift --version` first and fails if
+# the version is not the one below. Only a few variables reach COMMAND: MAINONCE_*, SWIFT_*,
+# ASAN_OPTIONS, TSAN_OPTIONS, CI, TERM.
+#
+# Where no chroot can be made (not root, no apt-get to install debootstrap, no network), `make`
+# and `run` print one line starting with SKIPPING and exit 77.
+set -euo pipefail
+
+# The Swift that Debian's `swiftlang` is in each suite: the one place these versions are written
+# (README.md's Platforms table quotes them). A suite whose package moves on fails `make` until
+# this line follows it.
+declare -A expected_swift=([trixie]=6.0.3 [sid]=6.2.3)
+suites=(trixie sid)
+mirror=http://deb.debian.org/debian
+
+package_root="$(cd "$(dirname "$0")/.." && pwd)"
+chroot_root="${MAINONCE_CHROOT_DIR:-/var/cache/mainonce}"
+
+usage() {
+  sed -n '5,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 64
+}
+
+# The reason no chroot can be made here, or nothing.
+cannot_make_reason() {
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "not root"
+  elif ! command -v debootstrap >/dev/null && ! command -v apt-get >/dev/null; then
+    echo "no debootstrap and no apt-get to install it"
+  elif ! timeout 20 bash -c "exec 3<>/dev/tcp/deb.debian.org/80" 2>/dev/null; then
+    echo "no network to deb.debian.org"
+  fi
+}
+
+skip() {
+  echo "SKIPPING Swift $2 from Debian $1 (chroot $3): $4" >&2
+  exit 77
+}
+
+chroot_dir() { echo "$chroot_root/$1-swiftlang-${expected_swift[$1]}"; }
+
+# Mount points at or below $1, deepest first.
+mounts_under() {
+  awk -v dir="$1" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo |
+    sort -r
+}
+
+# The version `swift --version` prints in the chroot $1 (whose /proc is mounted), or nothing.
+swift_version_in() {
+  { chroot "$1" swift --version 2>&1 || true; } |
+    sed -n 's/.*Swift version \([0-9][0-9.]*\).*/\1/p' | head -1
+}
+
+make_chroot() {
+  local suite="$1" version="${expected_swift[$1]}" dir reason
+  dir="$(chroot_dir "$suite")"
+  if [[ -x $dir/usr/bin/swift ]]; then
+    echo "$dir"
+    return
+  fi
+  # Made only by a root that can reach Debian's archive.
+  reason="$(cannot_make_reason)"
+  [[ -z $reason ]] || skip "$suite" "$version" "$dir" "$reason"
+  mkdir -p "$chroot_root"
+  (
+    # One maker at a time per chroot; whoever waited finds it made.
+    exec 9>"$chroot_root/.$(basename "$dir").lock"
+    flock 9
+    if [[ -x $dir/usr/bin/swift ]]; then exit 0; fi
+    if ! command -v debootstrap >/dev/null; then
+      echo "installing debootstrap with apt-get" >&2
+      apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    fi
+    local tmp started log
+    tmp="$(mktemp -d "$chroot_root/.$(basename "$dir").XXXXXX")"
+    # On any exit: unmount what the build mounted, then delete the half-made chroot, unless
+    # something is still mounted in it (deleting then would delete what is mounted there).
+    # shellcheck disable=SC2064
+    trap "cleanup_tmp '$tmp'" EXIT
+    started=$SECONDS
+    log="$chroot_root/$(basename "$dir").log"
+    echo "making $dir (Debian $suite, debootstrap --variant=minbase, then swiftlang);" \
+      "log in $log" >&2
+    if ! debootstrap --variant=minbase "$suite" "$tmp" "$mirror" >"$log" 2>&1; then
+      tail -20 "$log" >&2
+      exit 1
+    fi
+    echo "debootstrap: $((SECONDS - started)) s" | tee -a "$log" >&2
+    mount -t proc proc "$tmp/proc"
+    # sid's Release file may be past its Valid-Until date.
+    if ! { chroot "$tmp" apt-get -o Acquire::Check-Valid-Until=false update &&
+      chroot "$tmp" env DEBIAN_FRONTEND=noninteractive apt-get install -y swiftlang; } \
+      >>"$log" 2>&1; then
+      tail -20 "$log" >&2
+      exit 1
+    fi
+    grep -E "^(Need to get|After this operation)" "$log" >&2 || true
+    chroot "$tmp" apt-get clean
+    local found
+    found="$(swift_version_in "$tmp")"
+    umount "$tmp/proc"
+    if [[ $found != "$version" ]]; then
+      echo "Debian $suite's swiftlang is Swift '$found', not $version: update expected_swift" \
+        "in $0" >&2
+      exit 1
+    fi
+    mv "$tmp" "$dir"
+    trap - EXIT
+    echo "made $dir in $((SECONDS - started)) s; $(du -sh "$dir" | cut -f1) on disk" |
+      tee -a "$log" >&2
+  )
+  echo "$dir"
+}
+
+cleanup_tmp() {
+  local tmp="$1" mount
+  for mount in $(mounts_under "$tmp"); do umount "$mount" || true; done
+  if [[ -n $(mounts_under "$tmp") ]]; then
+    echo "left $tmp in place: still mounted there: $(mounts_under "$tmp" | tr '\n' ' ')" >&2
+    return
+  fi
+  rm -rf "$tmp"
+}
+
+# Debian's 6.2.3 ships Swift Testing's _Testing_Foundation module without its library, so a
+# test build fails to link and run. An empty library of that name, on LIBRARY_PATH and
+# LD_LIBRARY_PATH in `run`, takes its place: MainOnce's tests use nothing from it.
+stub_dir=/usr/local/lib/mainonce-stubs
+make_stubs() {
+  local dir="$1" module
+  [[ -e $dir$stub_dir/lib_Testing_Foundation.so ]] && return
+  module="$(find "$dir/usr/lib" -path '*linux*' -name '_Testing_Foundation.swiftmodule' \
+    -print -quit 2>/dev/null)"
+  [[ -n $module ]] || return 0
+  [[ -z $(find "$dir/usr/lib" -name 'lib_Testing_Foundation.so' -print -quit) ]] || return 0
+  (
+    exec 9>"$chroot_root/.$(basename "$dir").lock"
+    flock 9
+    mkdir -p "$dir$stub_dir"
+    echo "" >"$dir$stub_dir/empty.c"
+    chroot "$dir" clang -shared -o "$stub_dir/lib_Testing_Foundation.so.tmp" "$stub_dir/empty.c"
+    mv "$dir$stub_dir/lib_Testing_Foundation.so.tmp" "$dir$stub_dir/lib_Testing_Foundation.so"
+  )
+}
+
+run_in_chroot() {
+  local suite="$1" version="${expected_swift[$1]}" dir copy
+  shift
+  [[ ${1:-} == -- ]] && shift
+  (($# > 0)) || usage
+  dir="$(make_chroot "$suite")"
+  make_stubs "$dir"
+  # The copy: this package's files as they are now (committed or not), without builds.
+  copy="/build$package_root"
+  mkdir -p "$dir$copy"
+  exec 8>"$dir$copy.lock"
+  flock 8
+  if ! command -v rsync >/dev/null; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null
+  fi
+  rsync -a --delete --exclude='.build*' --exclude=/.git --exclude=.swiftpm \
+    "$package_root/" "$dir$copy/"
+  local -a environment=(HOME=/root LANG=C.UTF-8 PATH=/usr/local/bin:/usr/bin:/bin
+    "LIBRARY_PATH=$stub_dir" "LD_LIBRARY_PATH=$stub_dir")
+  local name
+  while IFS= read -r name; do
+    environment+=("$name=${!name}")
+  done < <(compgen -e | grep -E '^(MAINONCE_|SWIFT_|ASAN_OPTIONS$|TSAN_OPTIONS$|CI$|TERM$)' || true)
+  unshare --mount --propagation private -- bash -c '
+    set -euo pipefail
+    dir="$1" copy="$2" version="$3"
+    shift 3
+    mount -t proc proc "$dir/proc"
+    mount --rbind /dev "$dir/dev"
+    exec chroot "$dir" /usr/bin/env -i "$@"
+  ' bash "$dir" "$copy" "$version" "${environment[@]}" bash -c '
+    set -euo pipefail
+    cd "$1"
+    swift --version 2>&1
+    found="$(swift --version 2>&1 | sed -n "s/.*Swift version \([0-9][0-9.]*\).*/\1/p" | head -1)"
+    if [[ $found != "$2" ]]; then
+      echo "this chroot has Swift $found, not $2" >&2
+      exit 1
+    fi
+    shift 2
+    exec "$@"
+  ' bash "$copy" "$version" "$@"
+}
+
+command="${1:-}"
+[[ -n $command ]] || usage
+shift
+case "$command" in
+  versions)
+    for suite in "${suites[@]}"; do echo "$suite ${expected_swift[$suite]}"; done
+    ;;
+  make | run)
+    suite="${1:-}"
+    [[ -n $suite && -n ${expected_swift[$suite]:-} ]] || {
+      echo "unknown suite '$suite': one of ${suites[*]}" >&2
+      exit 64
+    }
+    shift
+    if [[ $command == make ]]; then make_chroot "$suite"; else run_in_chroot "$suite" "$@"; fi
+    ;;
+  *) usage ;;
+esac
