@@ -2,10 +2,10 @@
 # Debian chroots with Debian's own Swift toolchain (the `swiftlang` package), to build and test
 # MainOnce with the older Swift 6 toolchains its tools version admits.
 #
-#   Scripts/toolchain-chroot.sh versions                 each suite and the Swift it must have
-#   Scripts/toolchain-chroot.sh make SUITE               makes the chroot if missing, prints its path
-#   Scripts/toolchain-chroot.sh run SUITE -- COMMAND...  runs COMMAND in the chroot, in a copy of
-#                                                        this package
+#   Scripts/toolchain-chroot.sh versions              each suite and the Swift it must have
+#   Scripts/toolchain-chroot.sh make SUITE            makes the chroot if missing, prints its path
+#   Scripts/toolchain-chroot.sh run SUITE -- COMMAND  runs COMMAND in the chroot, in a copy of
+#                                                     this package
 #
 # A chroot lives at ${MAINONCE_CHROOT_DIR:-/var/cache/mainonce}/SUITE-swiftlang-VERSION and is
 # reused once made. It is made as root with debootstrap (installed with apt-get if missing) from
@@ -72,7 +72,9 @@ swift_version_in() {
 make_chroot() {
   local suite="$1" version="${expected_swift[$1]}" dir reason
   dir="$(chroot_dir "$suite")"
-  if [[ -x $dir/usr/bin/swift ]]; then
+  # The directory exists only once complete (renamed into place). Not `-x usr/bin/swift`: that
+  # is an absolute symbolic link, which means something else outside the chroot.
+  if [[ -d $dir ]]; then
     echo "$dir"
     return
   fi
@@ -84,7 +86,7 @@ make_chroot() {
     # One maker at a time per chroot; whoever waited finds it made.
     exec 9>"$chroot_root/.$(basename "$dir").lock"
     flock 9
-    if [[ -x $dir/usr/bin/swift ]]; then exit 0; fi
+    if [[ -d $dir ]]; then exit 0; fi
     if ! command -v debootstrap >/dev/null; then
       echo "installing debootstrap with apt-get" >&2
       apt-get update -qq >/dev/null
@@ -123,7 +125,7 @@ make_chroot() {
         "in $0" >&2
       exit 1
     fi
-    mv "$tmp" "$dir"
+    mv -T "$tmp" "$dir"
     trap - EXIT
     echo "made $dir in $((SECONDS - started)) s; $(du -sh "$dir" | cut -f1) on disk" |
       tee -a "$log" >&2
@@ -148,16 +150,17 @@ stub_dir=/usr/local/lib/mainonce-stubs
 make_stubs() {
   local dir="$1" module
   [[ -e $dir$stub_dir/lib_Testing_Foundation.so ]] && return
-  module="$(find "$dir/usr/lib" -path '*linux*' -name '_Testing_Foundation.swiftmodule' \
-    -print -quit 2>/dev/null)"
+  module="$(find "$dir/usr/lib" "$dir/usr/libexec" -path '*linux*' \
+    -name '_Testing_Foundation.swiftmodule' -print -quit 2>/dev/null)"
   [[ -n $module ]] || return 0
-  [[ -z $(find "$dir/usr/lib" -name 'lib_Testing_Foundation.so' -print -quit) ]] || return 0
+  [[ -z $(find "$dir/usr/lib" "$dir/usr/libexec" -name 'lib_Testing_Foundation.so' -print -quit) ]] ||
+    return 0
   (
     exec 9>"$chroot_root/.$(basename "$dir").lock"
     flock 9
     mkdir -p "$dir$stub_dir"
     echo "" >"$dir$stub_dir/empty.c"
-    chroot "$dir" clang -shared -o "$stub_dir/lib_Testing_Foundation.so.tmp" "$stub_dir/empty.c"
+    chroot "$dir" /usr/libexec/swift/bin/clang -shared -o "$stub_dir/lib_Testing_Foundation.so.tmp" "$stub_dir/empty.c"
     mv "$dir$stub_dir/lib_Testing_Foundation.so.tmp" "$dir$stub_dir/lib_Testing_Foundation.so"
   )
 }
