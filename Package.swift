@@ -1,5 +1,5 @@
-// swift-tools-version: 6.3
-// The tools version is the one toolchain MainOnce is tested with: Swift 6.3.1 on Linux.
+// swift-tools-version: 6.0
+// Every Swift 6 toolchain: MainOnce is built and tested with Swift 6.0.3, 6.2.3 and 6.3.1 on Linux.
 import PackageDescription
 
 let package = Package(

@@ -1,4 +1,4 @@
-// swift-tools-version: 6.3
+// swift-tools-version: 6.0
 // MainOnce's benchmarks: a package of their own, so that they stay out of the dependency graph
 // of every package that depends on MainOnce. From the repository's root:
 //

@@ -1,4 +1,4 @@
-// swift-tools-version: 6.1
+// swift-tools-version: 6.0
 // Every code example of MainOnce's README, DocC articles and doc comments, compiled the way an
 // app that depends on MainOnce compiles them: a package of its own, in the Swift 6 language
 // mode. `swift test` in the main package checks that each example in the documentation appears

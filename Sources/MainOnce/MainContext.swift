@@ -48,9 +48,20 @@ public enum MainContext {
   }
 
   /// Set on the main queue the first time it is read, for the fallback path.
-  private static let mainQueueKey: DispatchSpecificKey<Bool> = {
+  private static var mainQueueKey: DispatchSpecificKey<Bool> { mainQueueKeyBox.key }
+  private static let mainQueueKeyBox: MainQueueKey = {
     let key = DispatchSpecificKey<Bool>()
     DispatchQueue.main.setSpecific(key: key, value: true)
-    return key
+    return MainQueueKey(key: key)
   }()
 }
+
+/// The main queue's key, in a `Sendable` box: Swift 6.0's Dispatch does not mark
+/// `DispatchSpecificKey` `Sendable` (later ones do).
+private struct MainQueueKey {
+  let key: DispatchSpecificKey<Bool>
+}
+
+// This is safe because a `DispatchSpecificKey` has no state of its own after `init`: libdispatch
+// uses only its address, as the key, and the box never changes the reference it holds.
+extension MainQueueKey: @unchecked Sendable {}

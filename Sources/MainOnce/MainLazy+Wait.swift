@@ -45,32 +45,58 @@ extension MainLazy where Value: Sendable {
     return _waitSlowPath(CallSite(file: file, line: line)).pointee
   }
 
-  /// Suspends until the value is built, and returns it, without building it: it never runs the
-  /// builder.
-  ///
-  /// It returns once a build has returned a value; a build that throws does not end the wait.
-  /// Everything the builder wrote happens before this call returns. Once built, it returns at
-  /// once, with one acquiring load and one load, inlined, on the caller's actor
-  /// (`nonisolated(nonsending)`), cancelled or not; otherwise the task suspends, on the main
-  /// actor too, which lets the main queue run the build it waits for. It never blocks a thread,
-  /// so it cannot deadlock on the main queue; if no read ever builds the value, MainOnce
-  /// reports the wait as a stall once it has lasted the stall timeout.
-  ///
-  /// - Parameters:
-  ///   - file: The caller's file, for diagnostics; leave the default.
-  ///   - line: The caller's line, for diagnostics; leave the default.
-  /// - Returns: The value a build returned.
-  /// - Throws: `CancellationError` if the task is cancelled before the value is built.
-  @inlinable
-  public nonisolated(nonsending) func wait(
-    file: StaticString = #fileID, line: UInt = #line
-  ) async throws(CancellationError) -> Value {
-    let word = _storage.value
-    if _fastPath(word & 1 == 0) {
-      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+  #if compiler(>=6.2)
+    /// Suspends until the value is built, and returns it, without building it: it never runs the
+    /// builder.
+    ///
+    /// It returns once a build has returned a value; a build that throws does not end the wait.
+    /// Everything the builder wrote happens before this call returns. Once built, it returns at
+    /// once, with one acquiring load and one load, inlined, on the caller's actor
+    /// (`nonisolated(nonsending)`), cancelled or not; otherwise the task suspends, on the main
+    /// actor too, which lets the main queue run the build it waits for. It never blocks a thread,
+    /// so it cannot deadlock on the main queue; if no read ever builds the value, MainOnce
+    /// reports the wait as a stall once it has lasted the stall timeout.
+    ///
+    /// - Parameters:
+    ///   - file: The caller's file, for diagnostics; leave the default.
+    ///   - line: The caller's line, for diagnostics; leave the default.
+    /// - Returns: The value a build returned.
+    /// - Throws: `CancellationError` if the task is cancelled before the value is built.
+    @inlinable
+    public nonisolated(nonsending) func wait(
+      file: StaticString = #fileID, line: UInt = #line
+    ) async throws(CancellationError) -> Value {
+      let word = _storage.value
+      if _fastPath(word & 1 == 0) {
+        return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+      }
+      return try await _awaitSlowPath(isolation: #isolation, CallSite(file: file, line: line))
+        .pointee
     }
-    return try await _awaitSlowPath(CallSite(file: file, line: line)).pointee
-  }
+  #else
+    /// Suspends until the value is built, and returns it, without building it; the form for
+    /// Swift before 6.2, which has no `nonisolated(nonsending)`: it runs on the caller's actor
+    /// through `isolation`, as the form above does, with the same guarantees.
+    ///
+    /// - Parameters:
+    ///   - isolation: The caller's actor; leave the default.
+    ///   - file: The caller's file, for diagnostics; leave the default.
+    ///   - line: The caller's line, for diagnostics; leave the default.
+    /// - Returns: The value a build returned.
+    /// - Throws: `CancellationError` if the task is cancelled before the value is built.
+    @inlinable
+    public func wait(
+      isolation: isolated (any Actor)? = #isolation,
+      file: StaticString = #fileID, line: UInt = #line
+    ) async throws(CancellationError) -> Value {
+      let word = _storage.value
+      if _fastPath(word & 1 == 0) {
+        return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+      }
+      return try await _awaitSlowPath(isolation: isolation, CallSite(file: file, line: line))
+        .pointee
+    }
+  #endif
 
   @usableFromInline
   @inline(never)
@@ -81,8 +107,8 @@ extension MainLazy where Value: Sendable {
 
   @usableFromInline
   @inline(never)
-  nonisolated(nonsending) func _awaitSlowPath(
-    _ site: CallSite
+  func _awaitSlowPath(
+    isolation: isolated (any Actor)?, _ site: CallSite
   ) async throws(CancellationError) -> UnsafePointer<Value> {
     // The lazy value stays borrowed until this returns, also while suspended.
     try await MainQueueEngine.suspend(waitingFor: cell, site: site)

@@ -144,7 +144,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// The builder, or `nil` once the value is built: it is released only after the value was
   /// published (see `releaseBuilder()`).
   private func currentBuilder() -> (@MainActor @Sendable () throws(Failure) -> Value)? {
-    let build = builder(releasing: false)
+    let build = builder(releasing: false).build
     if build == nil, !_storage.isDone {
       Diagnostics.internalInconsistency("a MainLazy released its builder before it was built")
     }
@@ -164,12 +164,13 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// (``OnceCell/withLock(_:)``) as well as the `Mutex` that stores it: on Linux ThreadSanitizer
   /// cannot see the `Mutex`'s futex (see ``Lock``), and would take two readers that release the
   /// builder one after the other for a race; it sees the pthread lock. Only the slow path gets
-  /// here.
-  private func builder(releasing: Bool) -> (@MainActor @Sendable () throws(Failure) -> Value)? {
+  /// here. It returns the slot, not the optional closure in it: returning that closure through
+  /// the two nested closures crashes the compilers of Swift 6.0 and 6.2 (an assertion in SILGen).
+  private func builder(releasing: Bool) -> _MainLazyBuilder<Value, Failure> {
     OnceCell.withLock { _ in
       _builder.withLock { slot in
         defer { if releasing { slot.build = nil } }
-        return slot.build
+        return slot
       }
     }
   }
@@ -389,50 +390,69 @@ extension MainLazy where Value: Sendable, Failure == Never {
 }
 
 extension MainLazy where Value: Sendable {
-  /// The value, built in main context on first use, for `async` code: waits without blocking.
-  ///
-  /// ```swift
-  /// func drawLater() async throws {  // any task
-  ///   let database = try await Stores.database.get()
-  ///   database.record("frame drawn")
-  /// }
-  /// ```
-  ///
-  /// It runs on the caller's actor (`nonisolated(nonsending)`), so on the main actor it never
-  /// suspends:
-  ///
-  /// - **Built:** returns at once: one acquiring load and one load, inlined.
-  /// - **On the main actor** (or other main-context code): the builder runs right here, as a
-  ///   read of `value` runs it.
-  /// - **Anywhere else:** the read queues its build, sends one asynchronous hop to the main queue
-  ///   if none is on its way, and suspends until the value is built or its own build throws. No
-  ///   thread is blocked.
-  ///
-  /// The builder's writes happen before every return. The wait is not cancellable, as
-  /// `Task.value` is not: a cancelled task waits for the build, which depends only on the main
-  /// queue being served.
-  ///
-  /// This read cannot deadlock on the main queue: it never blocks a thread. It does not end
-  /// while the main queue is not served, and a builder that awaits its own value never ends.
-  ///
-  /// - Throws: The error the builder threw, if this reader's build threw; the next read
-  ///   builds again.
-  @inlinable
-  public nonisolated(nonsending) func get() async throws(Failure) -> Value {
-    let word = _storage.value
-    if _fastPath(word & 1 == 0) {
-      return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+  #if compiler(>=6.2)
+    /// The value, built in main context on first use, for `async` code: waits without blocking.
+    ///
+    /// ```swift
+    /// func drawLater() async throws {  // any task
+    ///   let database = try await Stores.database.get()
+    ///   database.record("frame drawn")
+    /// }
+    /// ```
+    ///
+    /// It runs on the caller's actor (`nonisolated(nonsending)`), so on the main actor it never
+    /// suspends:
+    ///
+    /// - **Built:** returns at once: one acquiring load and one load, inlined.
+    /// - **On the main actor** (or other main-context code): the builder runs right here, as a
+    ///   read of `value` runs it.
+    /// - **Anywhere else:** the read queues its build, sends one asynchronous hop to the main queue
+    ///   if none is on its way, and suspends until the value is built or its own build throws. No
+    ///   thread is blocked.
+    ///
+    /// The builder's writes happen before every return. The wait is not cancellable, as
+    /// `Task.value` is not: a cancelled task waits for the build, which depends only on the main
+    /// queue being served.
+    ///
+    /// This read cannot deadlock on the main queue: it never blocks a thread. It does not end
+    /// while the main queue is not served, and a builder that awaits its own value never ends.
+    ///
+    /// - Throws: The error the builder threw, if this reader's build threw; the next read
+    ///   builds again.
+    @inlinable
+    public nonisolated(nonsending) func get() async throws(Failure) -> Value {
+      let word = _storage.value
+      if _fastPath(word & 1 == 0) {
+        return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+      }
+      return try await _mainLazyAwaitSlowPath(self, isolation: #isolation)
     }
-    return try await _mainLazyAwaitSlowPath(self)
-  }
+  #else
+    /// The value, built in main context on first use, for `async` code; the form for Swift
+    /// before 6.2, which has no `nonisolated(nonsending)`: it runs on the caller's actor through
+    /// `isolation`, as the form above does, with the same guarantees.
+    ///
+    /// - Parameter isolation: The caller's actor; leave the default.
+    /// - Returns: The value.
+    /// - Throws: The error the builder threw, if this reader's build threw; the next read
+    ///   builds again.
+    @inlinable
+    public func get(isolation: isolated (any Actor)? = #isolation) async throws(Failure) -> Value {
+      let word = _storage.value
+      if _fastPath(word & 1 == 0) {
+        return UnsafePointer<Value>(bitPattern: word).unsafelyUnwrapped.pointee
+      }
+      return try await _mainLazyAwaitSlowPath(self, isolation: isolation)
+    }
+  #endif
 }
 
 /// The slow path of ``MainLazy/get()``: builds in place in main context, otherwise waits for
 /// the main queue to build without blocking.
 @usableFromInline
 @inline(never)
-nonisolated(nonsending) func _mainLazyAwaitSlowPath<Value: Sendable, Failure: Error>(
-  _ lazy: borrowing MainLazy<Value, Failure>
+func _mainLazyAwaitSlowPath<Value: Sendable, Failure: Error>(
+  _ lazy: borrowing MainLazy<Value, Failure>, isolation: isolated (any Actor)?
 ) async throws(Failure) -> Value {
   if MainContext.isCurrent {
     try lazy.build(site: lazy.declaration)

@@ -51,37 +51,57 @@ extension MainOnceToken {
     _waitSlowPath(CallSite(file: file, line: line))
   }
 
-  /// Suspends until the token is done, without bringing an initializer: it never runs one.
-  ///
-  /// ```swift
-  /// func mixWhenReady() async throws {  // any task
-  ///   try await AudioEngine.setupToken.wait()
-  ///   log("audio is set up")
-  /// }
-  /// ```
-  ///
-  /// It returns once an initializer run for the token has returned normally; an initializer
-  /// that throws does not end the wait. Everything that initializer wrote happens before this
-  /// call returns. A done token returns at once, with one acquiring load, inlined, on the
-  /// caller's actor (`nonisolated(nonsending)`), cancelled or not; otherwise the task
-  /// suspends.
-  ///
-  /// It never blocks a thread, so it cannot deadlock on the main queue; on the main actor it
-  /// suspends, and lets the main queue run the initializer it waits for. Nothing but a caller
-  /// that brings an initializer ends the wait: if none calls, MainOnce reports it as a stall
-  /// once it has lasted the stall timeout.
-  ///
-  /// - Parameters:
-  ///   - file: The caller's file, for diagnostics; leave the default.
-  ///   - line: The caller's line, for diagnostics; leave the default.
-  /// - Throws: `CancellationError` if the task is cancelled before the token is done.
-  @inlinable
-  public nonisolated(nonsending) func wait(
-    file: StaticString = #fileID, line: UInt = #line
-  ) async throws(CancellationError) {
-    if _fastPath(_isDone) { return }
-    try await _awaitSlowPath(CallSite(file: file, line: line))
-  }
+  #if compiler(>=6.2)
+    /// Suspends until the token is done, without bringing an initializer: it never runs one.
+    ///
+    /// ```swift
+    /// func mixWhenReady() async throws {  // any task
+    ///   try await AudioEngine.setupToken.wait()
+    ///   log("audio is set up")
+    /// }
+    /// ```
+    ///
+    /// It returns once an initializer run for the token has returned normally; an initializer
+    /// that throws does not end the wait. Everything that initializer wrote happens before this
+    /// call returns. A done token returns at once, with one acquiring load, inlined, on the
+    /// caller's actor (`nonisolated(nonsending)`), cancelled or not; otherwise the task
+    /// suspends.
+    ///
+    /// It never blocks a thread, so it cannot deadlock on the main queue; on the main actor it
+    /// suspends, and lets the main queue run the initializer it waits for. Nothing but a caller
+    /// that brings an initializer ends the wait: if none calls, MainOnce reports it as a stall
+    /// once it has lasted the stall timeout.
+    ///
+    /// - Parameters:
+    ///   - file: The caller's file, for diagnostics; leave the default.
+    ///   - line: The caller's line, for diagnostics; leave the default.
+    /// - Throws: `CancellationError` if the task is cancelled before the token is done.
+    @inlinable
+    public nonisolated(nonsending) func wait(
+      file: StaticString = #fileID, line: UInt = #line
+    ) async throws(CancellationError) {
+      if _fastPath(_isDone) { return }
+      try await _awaitSlowPath(isolation: #isolation, CallSite(file: file, line: line))
+    }
+  #else
+    /// Suspends until the token is done; the form for Swift before 6.2, which has no
+    /// `nonisolated(nonsending)`: it runs on the caller's actor through `isolation`, as the
+    /// form above does, with the same guarantees.
+    ///
+    /// - Parameters:
+    ///   - isolation: The caller's actor; leave the default.
+    ///   - file: The caller's file, for diagnostics; leave the default.
+    ///   - line: The caller's line, for diagnostics; leave the default.
+    /// - Throws: `CancellationError` if the task is cancelled before the token is done.
+    @inlinable
+    public func wait(
+      isolation: isolated (any Actor)? = #isolation,
+      file: StaticString = #fileID, line: UInt = #line
+    ) async throws(CancellationError) {
+      if _fastPath(_isDone) { return }
+      try await _awaitSlowPath(isolation: isolation, CallSite(file: file, line: line))
+    }
+  #endif
 
   @usableFromInline
   @inline(never)
@@ -91,7 +111,9 @@ extension MainOnceToken {
 
   @usableFromInline
   @inline(never)
-  nonisolated(nonsending) func _awaitSlowPath(_ site: CallSite) async throws(CancellationError) {
+  func _awaitSlowPath(
+    isolation: isolated (any Actor)?, _ site: CallSite
+  ) async throws(CancellationError) {
     // The token stays borrowed until this returns, also while suspended.
     try await MainQueueEngine.suspend(waitingFor: cell, site: site)
   }

@@ -137,8 +137,7 @@ enum ObjectCells {
     // An object in its `deinit` cannot be told from a new object at a reused address: a weak
     // reference to it reads `nil` in both cases. A call from there stops the process instead of
     // running the call site a second time.
-    weak let probe = object
-    guard probe != nil else {
+    guard WeakReference(object).object != nil else {
       Diagnostics.fail(
         """
         MainOnce: \(operation) at \(site) was called for a \(type(of: object)) that is being \

@@ -47,9 +47,9 @@ enum ObjectLifetimes {
   private static func selfTest() -> Bool {
     var probe: Probe? = Probe()
     let other = Probe()
-    weak let weakProbe = probe
-    weak let weakOther = other
-    guard weakProbe != nil, weakOther != nil else { return false }
+    guard WeakReference(probe).object != nil, WeakReference(other).object != nil else {
+      return false
+    }
     let side = UInt(mainonce_side_table(address(of: probe!)))
     let otherSide = UInt(mainonce_side_table(address(of: other)))
     guard side != 0, otherSide != 0, side != otherSide,
@@ -68,3 +68,15 @@ enum ObjectLifetimes {
     return withExtendedLifetime(other) { deinitializing.withLock { $0 } == true }
   }
 }
+
+/// A weak reference as a value, for a local one: `weak let` needs Swift 6.2, and from 6.2 on a
+/// local `weak var` that is never assigned again draws a warning.
+struct WeakReference<Object: AnyObject> {
+  weak var object: Object?
+
+  init(_ object: Object?) {
+    self.object = object
+  }
+}
+
+extension WeakReference: Sendable where Object: Sendable {}
