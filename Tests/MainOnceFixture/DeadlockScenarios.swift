@@ -260,8 +260,9 @@ enum DeadlockScenario: String, CaseIterable {
           group.leave()
         }.start()
         _ = waitUntilParked()  // the worker waits for the initializer
-        let first = done.wait(for: worker, timeout: .now() + .milliseconds(300))
-        let second = group.wait(for: worker, timeout: .now() + .milliseconds(300))
+        // As text: Swift 6.0's Dispatch does not mark `DispatchTimeoutResult` `Sendable`.
+        let first = "\(done.wait(for: worker, timeout: .now() + .milliseconds(300)))"
+        let second = "\(group.wait(for: worker, timeout: .now() + .milliseconds(300)))"
         DispatchQueue.global().async {
           _ = group.wait(timeout: .now() + TimeScale.seconds(10))
           verdict(true, "timed waits: \(first), \(second); the worker finished")

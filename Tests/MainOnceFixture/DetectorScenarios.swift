@@ -179,9 +179,11 @@ enum DetectorScenario: String, CaseIterable {
         default:
           result = withTrackedWait(for: loader) { never.wait(timeout: .now() + 3) }
         }
+        // As text: Swift 6.0's Dispatch does not mark `DispatchTimeoutResult` `Sendable`.
+        let ended = "\(result)"
         DispatchQueue.global().async {
           let worker = finished.wait(timeout: .now() + TimeScale.seconds(10))
-          verdict(worker == .success, "the wait ended: \(result); the worker: \(worker)")
+          verdict(worker == .success, "the wait ended: \(ended); the worker: \(worker)")
         }
       }
     case .signalThenSyncOnMain, .signalThenRunOnceOnMain:

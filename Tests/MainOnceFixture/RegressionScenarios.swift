@@ -248,7 +248,7 @@ private func serviceRound(_ round: Int, of rounds: Int) {
       }.start()
     }
     group.wait(for: work)
-    for index in 0..<4 where !tokens[index].isDone {
+    for index in 0..<4 where !tokens.isDone(at: index) {
       verdict(false, "round \(round): token \(index) is not done after the wait")
     }
     serviceRound(round + 1, of: rounds)

@@ -126,16 +126,3 @@ func runScenario(driver: Driver, context: CallingContext) -> Never {
   callers.notify(queue: .global()) { probe.finish(driver: driver, context: context) }
   serveMainQueue(with: driver)
 }
-
-/// Serves the main queue for the rest of the process.
-func serveMainQueue(with driver: Driver) -> Never {
-  switch driver {
-  case .dispatchMain:
-    dispatchMain()
-  case .runLoop:
-    RunLoop.main.run()
-    fatalError("RunLoop.main.run() returned")
-  case .none, .asyncMain, .mainQueueDriver:
-    fatalError("\(driver) does not serve the main queue from this fixture")
-  }
-}

@@ -23,11 +23,23 @@ enum Tokens {
 }
 
 /// Set on the main queue, so that a block can prove it runs on it without MainOnce's help.
-public let mainQueueKey: DispatchSpecificKey<Bool> = {
+public var mainQueueKey: DispatchSpecificKey<Bool> { mainQueueKeyBox.key }
+
+private let mainQueueKeyBox: MainQueueKey = {
   let key = DispatchSpecificKey<Bool>()
   DispatchQueue.main.setSpecific(key: key, value: true)
-  return key
+  return MainQueueKey(key: key)
 }()
+
+/// The key in a `Sendable` box: Swift 6.0's Dispatch does not mark `DispatchSpecificKey`
+/// `Sendable` (later ones do).
+private struct MainQueueKey {
+  let key: DispatchSpecificKey<Bool>
+}
+
+// This is safe because a `DispatchSpecificKey` has no state of its own after `init`: libdispatch
+// uses only its address, as the key, and the box never changes the reference it holds.
+extension MainQueueKey: @unchecked Sendable {}
 
 /// Records what the initializer and its callers saw, independently of MainOnce.
 public final class Probe: Sendable {
@@ -276,9 +288,16 @@ public final class TokenBuffer: @unchecked Sendable {
     tokens.deallocate()
   }
 
-  /// The token at `index`.
+  /// The token at `index`. An address, not a `_read` coroutine: Swift 6.0 and 6.2 reject a
+  /// borrow of a noncopyable value yielded by `_read` where a `borrowing` argument takes it.
   public subscript(index: Int) -> MainOnceToken {
-    _read { yield tokens[index] }
+    unsafeAddress { UnsafePointer(tokens + index) }
+  }
+
+  /// Whether the token at `index` is done. Swift 6.0 rejects `buffer[index].isDone`, reading a
+  /// property of a noncopyable value through a subscript, as a consume of a borrow.
+  public func isDone(at index: Int) -> Bool {
+    tokens[index].isDone
   }
 }
 
