@@ -8,40 +8,87 @@ import Testing
 /// case runs in an exit test: a wrong stop ends the process, and a wrong wait never ends.
 @Suite("AsyncMainLazy tells its build's own tasks from tasks merely started inside it")
 struct AsyncMainLazyChildTests {
+  /// The body of an exit test of `taskPreferringTheGlobalExecutor`, in the exit test's process.
+  private static func taskPreferringTheGlobalExecutorInItsProcess() async throws {
+    boundExitTest(seconds: 10)
+    let value = try await GlobalPreferenceTask.lazy.get()
+    let started = try await GlobalPreferenceTask.started.withLock { $0 }!.value
+    exit(value == 1 && started == 1 ? EXIT_SUCCESS : EXIT_FAILURE)
+  }
+
   @Test(
     "a Task(executorPreference: globalConcurrentExecutor) that the build does not wait for gets the value"
   )
   func taskPreferringTheGlobalExecutor() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest(seconds: 10)
-      let value = try await GlobalPreferenceTask.lazy.get()
-      let started = try await GlobalPreferenceTask.started.withLock { $0 }!.value
-      exit(value == 1 && started == 1 ? EXIT_SUCCESS : EXIT_FAILURE)
-    }
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.taskPreferringTheGlobalExecutorInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.taskPreferringTheGlobalExecutorInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `taskAwaitingUnderTheGlobalExecutor`, in the exit test's process.
+  private static func taskAwaitingUnderTheGlobalExecutorInItsProcess() async throws {
+    boundExitTest(seconds: 10)
+    let value = try await GlobalPreferenceScope.lazy.get()
+    let started = try await GlobalPreferenceScope.started.withLock { $0 }!.value
+    exit(value == 2 && started == 2 ? EXIT_SUCCESS : EXIT_FAILURE)
   }
 
   @Test(
     "a Task { } awaiting inside withTaskExecutorPreference(globalConcurrentExecutor) gets the value"
   )
   func taskAwaitingUnderTheGlobalExecutor() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest(seconds: 10)
-      let value = try await GlobalPreferenceScope.lazy.get()
-      let started = try await GlobalPreferenceScope.started.withLock { $0 }!.value
-      exit(value == 2 && started == 2 ? EXIT_SUCCESS : EXIT_FAILURE)
-    }
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.taskAwaitingUnderTheGlobalExecutorInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.taskAwaitingUnderTheGlobalExecutorInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `buildTaskWithItsOwnPreferenceStops`, in the exit test's process.
+  private static func buildTaskWithItsOwnPreferenceStopsInItsProcess() async throws {
+    boundExitTest(seconds: 10)
+    _ = try? await OwnPreferenceBuild.lazy.get()
   }
 
   @Test("the build's own task awaiting its value under an executor preference of its own stops")
   func buildTaskWithItsOwnPreferenceStops() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest(seconds: 10)
-      _ = try? await OwnPreferenceBuild.lazy.get()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.buildTaskWithItsOwnPreferenceStopsInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.buildTaskWithItsOwnPreferenceStopsInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("awaited its own value while building it"), "\(text)")
     #expect(text.contains(OwnPreferenceBuild.declaration), "\(text)")
     #expect(!text.contains("exit test timed out"), "\(text)")
+  }
+
+  /// The bodies of the exit tests of `childWithItsOwnPreferenceIsReported`, in the exit test's
+  /// process: a child of an `async let`, or of a task group.
+  private static func asyncLetChildWithItsOwnPreferenceInItsProcess() async throws {
+    boundExitTest(seconds: 10)
+    exitAtTheFirstStallReport()
+    _ = try? await ChildWithOwnPreference.lazy.get()
+  }
+
+  private static func groupChildWithItsOwnPreferenceInItsProcess() async throws {
+    boundExitTest(seconds: 10)
+    exitAtTheFirstStallReport()
+    _ = try? await GroupChildWithOwnPreference.lazy.get()
   }
 
   /// A child task that prefers another executor no longer runs on the build's: MainOnce cannot
@@ -50,16 +97,25 @@ struct AsyncMainLazyChildTests {
     "a child that set its own executor preference is named in the stall report by its call site",
     arguments: [false, true])
   func childWithItsOwnPreferenceIsReported(inTaskGroup: Bool) async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      [inTaskGroup] in
-      boundExitTest(seconds: 10)
-      exitAtTheFirstStallReport()
-      if inTaskGroup {
-        _ = try? await GroupChildWithOwnPreference.lazy.get()
-      } else {
-        _ = try? await ChildWithOwnPreference.lazy.get()
+    #if compiler(>=6.2)
+      // One exit test per argument: before Swift 6.3 an exit test cannot capture a value.
+      let result =
+        inTaskGroup
+        ? await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.groupChildWithItsOwnPreferenceInItsProcess()
+        }
+        : await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.asyncLetChildWithItsOwnPreferenceInItsProcess()
+        }
+    #else
+      let result = await expectProcessExit(.failure, argument: "\(inTaskGroup)") {
+        if inTaskGroup {
+          try await Self.groupChildWithItsOwnPreferenceInItsProcess()
+        } else {
+          try await Self.asyncLetChildWithItsOwnPreferenceInItsProcess()
+        }
       }
-    }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let child = inTaskGroup ? GroupChildWithOwnPreference.child : ChildWithOwnPreference.child
     #expect(text.contains("REPORT MainOnce: 2 callers have waited"), "\(text)")
@@ -70,7 +126,6 @@ struct AsyncMainLazyChildTests {
           + " withTaskExecutorPreference)"), "\(text)")
     #expect(!text.contains("exit test timed out"), "\(text)")
   }
-
 }
 
 /// A task executor of the test's own, which runs jobs on the global concurrent executor.

@@ -228,12 +228,23 @@ private final class BuildGate: @unchecked Sendable {
 struct EngineSoundnessInProcessTests {
   // MARK: Awaiting its own value while building
 
+  /// The body of an exit test of `asyncLazyAwaitingItself`, in the exit test's process.
+  private static func asyncLazyAwaitingItselfInItsProcess() async throws {
+    boundExitTest(seconds: 5)
+    _ = try? await SelfAwaitingLazy.value.get()
+  }
+
   @Test("an AsyncMainLazy builder that awaits its own value stops with a message")
   func asyncLazyAwaitingItself() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest(seconds: 5)
-      _ = try? await SelfAwaitingLazy.value.get()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.asyncLazyAwaitingItselfInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.asyncLazyAwaitingItselfInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnce:"), "\(text)")
     #expect(text.contains("AsyncMainLazy"), "\(text)")
@@ -243,6 +254,13 @@ struct EngineSoundnessInProcessTests {
     #expect(!text.contains("exit test timed out"), "\(text)")
   }
 
+  /// The body of an exit test of `asyncLazyWaitingForTaskInsideBuild`, in the exit test's process.
+  private static func asyncLazyWaitingForTaskInsideBuildInItsProcess() async throws {
+    boundExitTest(seconds: 10)
+    exitAtTheFirstStallReport()
+    _ = try? await TaskAwaitingLazy.value.get()
+  }
+
   /// A task started with `Task { }` inside the build is not part of it: it may outlive the
   /// build, so awaiting the value from it is no re-entrance. When the builder waits for such a
   /// task, nothing can end the wait; the stall report says why.
@@ -250,11 +268,15 @@ struct EngineSoundnessInProcessTests {
     "a builder waiting for a Task { } that awaits its value is reported as a stall naming the task"
   )
   func asyncLazyWaitingForTaskInsideBuild() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest(seconds: 10)
-      exitAtTheFirstStallReport()
-      _ = try? await TaskAwaitingLazy.value.get()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.asyncLazyWaitingForTaskInsideBuildInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.asyncLazyWaitingForTaskInsideBuildInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("REPORT MainOnce: 2 callers have waited"), "\(text)")
     #expect(
@@ -266,22 +288,33 @@ struct EngineSoundnessInProcessTests {
 
   // MARK: runOnce reached from deinit
 
+  /// The body of an exit test of `runOnceFromDeinit`, in the exit test's process.
+  private static func runOnceFromDeinitInItsProcess() async throws {
+    boundExitTest(seconds: 5)
+    do {
+      let object = SelfScoped()
+      object.setUp()
+      object.setUp()
+    }  // deinit calls setUp() again
+    let runs = SelfScoped.runs.load(ordering: .relaxed)
+    FileHandle.standardError.write(Data("RESULT runs=\(runs)\n".utf8))
+    exit(EXIT_FAILURE)
+  }
+
   /// Either the call site runs once per lifetime, also when `deinit` reaches it, or MainOnce
   /// stops the process with a message naming the call site. The child exits with a failure in
   /// both cases, so that one exit condition covers them; `RESULT runs=` tells them apart.
   @Test("runOnce(for: self) reached from deinit does not run the call site a second time")
   func runOnceFromDeinit() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest(seconds: 5)
-      do {
-        let object = SelfScoped()
-        object.setUp()
-        object.setUp()
-      }  // deinit calls setUp() again
-      let runs = SelfScoped.runs.load(ordering: .relaxed)
-      FileHandle.standardError.write(Data("RESULT runs=\(runs)\n".utf8))
-      exit(EXIT_FAILURE)
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.runOnceFromDeinitInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.runOnceFromDeinitInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let ranOnce = text.contains("RESULT runs=1\n")
     let stoppedAtCallSite =
@@ -400,36 +433,47 @@ private enum FallbackDepthTokens {
 }
 
 extension EngineSoundnessInProcessTests {
+  /// The body of an exit test of `nestedSyncInsideInitializer`, in the exit test's process.
+  private static func nestedSyncInsideInitializerInItsProcess() async throws {
+    setenv("MAINONCE_QUEUE_INTROSPECTION", "off", 1)  // before MainOnce reads it
+    boundExitTest(seconds: 8)
+    guard !MainContext.isExact else {
+      note("SKIP introspection is on")
+      exit(0)
+    }
+    let done = DispatchSemaphore(value: 0)
+    Thread {
+      onceOnMain(token: FallbackDepthTokens.outer) {
+        let onMainThread = Thread.isMainThread
+        DispatchQueue(label: "fallback depth").sync {
+          note("INNER mainThread=\(onMainThread) isCurrent=\(MainContext.isCurrent)")
+          onceOnMain(token: FallbackDepthTokens.inner) {}
+        }
+      }
+      done.signal()
+    }.start()
+    guard done.wait(timeout: .now() + TimeScale.seconds(4)) == .success else {
+      note("HUNG")
+      exit(4)
+    }
+    note("DONE")
+  }
+
   /// Without queue introspection, code inside `queue.sync` within an initializer that a hop runs
   /// on a worker thread (after `dispatchMain()`) shows no public sign of main context: no main
   /// thread, no main-queue specific. Only MainOnce's own count of the initializers it runs says
   /// so; without it, the nested call would hop to a main queue its own thread holds, and hang.
   @Test("without introspection, onceOnMain in a sync inside an initializer runs in place")
   func nestedSyncInsideInitializer() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      setenv("MAINONCE_QUEUE_INTROSPECTION", "off", 1)  // before MainOnce reads it
-      boundExitTest(seconds: 8)
-      guard !MainContext.isExact else {
-        note("SKIP introspection is on")
-        exit(0)
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        try await Self.nestedSyncInsideInitializerInItsProcess()
       }
-      let done = DispatchSemaphore(value: 0)
-      Thread {
-        onceOnMain(token: FallbackDepthTokens.outer) {
-          let onMainThread = Thread.isMainThread
-          DispatchQueue(label: "fallback depth").sync {
-            note("INNER mainThread=\(onMainThread) isCurrent=\(MainContext.isCurrent)")
-            onceOnMain(token: FallbackDepthTokens.inner) {}
-          }
-        }
-        done.signal()
-      }.start()
-      guard done.wait(timeout: .now() + TimeScale.seconds(4)) == .success else {
-        note("HUNG")
-        exit(4)
+    #else
+      let result = await expectProcessExit(.success) {
+        try await Self.nestedSyncInsideInitializerInItsProcess()
       }
-      note("DONE")
-    }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("DONE"), "\(text)")
     // The scenario proves something only if the initializer ran off the main thread.

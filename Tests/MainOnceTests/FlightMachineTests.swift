@@ -22,15 +22,7 @@ struct FlightMachineTests {
     "two callers of each form, and three of each of any three forms, interleaved every way",
     .serialized,
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
-    arguments: [Model.Form.initializing + Model.Form.initializing]
-      + Model.Form.initializing.map { left in
-        let forms = Model.Form.initializing.filter { $0 != left }
-        return forms + forms + forms
-      }
-      + [
-        Model.Form.initializing + [.mainWaiting, .workerWaiting, .taskWaiting, .handlerWaiting],
-        [.mainBlocking, .mainBlocking, .workerBlocking, .task, .task, .mainWaiting, .taskWaiting],
-      ])
+    arguments: Model.Form.largerConfigurations)
   func largerConfigurations(forms: [Model.Form]) async throws {
     // Seconds of work each: on a thread of its own, one at a time, so that it never holds up
     // the cooperative pool that the rest of the suite runs on.
@@ -127,6 +119,23 @@ enum Model {
     var isTask: Bool { self == .task || self == .taskWaiting }
 
     /// Every multiset of forms with one to `count` callers.
+    /// Two callers of each form; three of each of any three forms; two more. Built in steps,
+    /// with every type written out: as one expression in the test's arguments, the type
+    /// checkers of Swift 6.0 and 6.2 gave up on it.
+    static var largerConfigurations: [[Form]] {
+      var configurations: [[Form]] = [initializing + initializing]
+      for left in initializing {
+        let forms: [Form] = initializing.filter { $0 != left }
+        configurations.append(forms + forms + forms)
+      }
+      let waiting: [Form] = [.mainWaiting, .workerWaiting, .taskWaiting, .handlerWaiting]
+      configurations.append(initializing + waiting)
+      configurations.append([
+        .mainBlocking, .mainBlocking, .workerBlocking, .task, .task, .mainWaiting, .taskWaiting,
+      ])
+      return configurations
+    }
+
     static func mixes(upTo count: Int) -> [[Form]] {
       guard count > 0 else { return [] }
       let shorter = mixes(upTo: count - 1)

@@ -17,14 +17,27 @@ import Testing
       #expect(taken && again)
     }
 
+    /// The body of an exit test of `inversionStops`, in the exit test's process.
+    private static func inversionStopsInItsProcess() async throws {
+      boundExitTest()
+      let cell = Lock(rank: .onceCell)
+      let board = Lock(rank: .waitBoard)
+      cell.withLock { board.withLock {} }
+    }
+
     @Test("a lock of a lower rank, taken while one of a higher rank is held, stops the process")
     func inversionStops() async {
-      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-        boundExitTest()
-        let cell = Lock(rank: .onceCell)
-        let board = Lock(rank: .waitBoard)
-        cell.withLock { board.withLock {} }
-      }
+      #if compiler(>=6.2)
+        let result = await #expect(
+          processExitsWith: .failure, observing: [\.standardErrorContent]
+        ) {
+          try await Self.inversionStopsInItsProcess()
+        }
+      #else
+        let result = await expectProcessExit(.failure) {
+          try await Self.inversionStopsInItsProcess()
+        }
+      #endif
       let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
       #expect(
         text.contains(
@@ -32,14 +45,27 @@ import Testing
             + " [\"onceCell\"]"), "\(text)")
     }
 
+    /// The body of an exit test of `sameRankStops`, in the exit test's process.
+    private static func sameRankStopsInItsProcess() async throws {
+      boundExitTest()
+      let first = Locked(0)
+      let second = Locked(0)
+      first.withLock { _ in second.withLock { _ in } }
+    }
+
     @Test("two locks of the same rank, one inside the other, stop the process")
     func sameRankStops() async {
-      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-        boundExitTest()
-        let first = Locked(0)
-        let second = Locked(0)
-        first.withLock { _ in second.withLock { _ in } }
-      }
+      #if compiler(>=6.2)
+        let result = await #expect(
+          processExitsWith: .failure, observing: [\.standardErrorContent]
+        ) {
+          try await Self.sameRankStopsInItsProcess()
+        }
+      #else
+        let result = await expectProcessExit(.failure) {
+          try await Self.sameRankStopsInItsProcess()
+        }
+      #endif
       let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
       #expect(text.contains("lock order: taking the leaf lock while holding [\"leaf\"]"), "\(text)")
     }

@@ -63,13 +63,24 @@ struct MainQueueDriverTests {
       "\(outcome.standardError)")
   }
 
+  /// The body of an exit test of `drainOffTheMainThread`, in the exit test's process.
+  private static func drainOffTheMainThreadInItsProcess() async throws {
+    boundExitTest()
+    // Swift Testing's runner has called dispatchMain(): this runs on a worker thread.
+    MainQueueDriver.drain()
+  }
+
   @Test("drain() off the main thread stops with a message that names the call site and the rule")
   func drainOffTheMainThread() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      // Swift Testing's runner has called dispatchMain(): this runs on a worker thread.
-      MainQueueDriver.drain()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.drainOffTheMainThreadInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.drainOffTheMainThreadInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
       text.contains(
@@ -78,13 +89,24 @@ struct MainQueueDriverTests {
     #expect(text.contains("legal only there, and only while the main queue is bound to it"))
   }
 
+  /// The body of an exit test of `requireMainThreadOnAWorker`, in the exit test's process.
+  private static func requireMainThreadOnAWorkerInItsProcess() async throws {
+    boundExitTest()
+    // After the runner's dispatchMain(), main-actor code runs on worker threads.
+    await MainActor.run { MainContext.requireMainThread(for: "GTK") }
+  }
+
   @Test("requireMainThread in main-queue code on a worker thread names the driver and the fix")
   func requireMainThreadOnAWorker() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      // After the runner's dispatchMain(), main-actor code runs on worker threads.
-      await MainActor.run { MainContext.requireMainThread(for: "GTK") }
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.requireMainThreadOnAWorkerInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.requireMainThreadOnAWorkerInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
       text.contains(
@@ -96,14 +118,25 @@ struct MainQueueDriverTests {
         "call RunLoop.main.run(), or drain it from your event loop with MainQueueDriver"))
   }
 
+  /// The body of an exit test of `requireMainThreadOutsideMainContext`, in the exit test's process.
+  private static func requireMainThreadOutsideMainContextInItsProcess() async throws {
+    boundExitTest()
+    let thread = Thread { MainContext.requireMainThread(for: "SDL video") }
+    thread.start()
+    usleep(TimeScale.microseconds(5_000_000))
+  }
+
   @Test("requireMainThread outside main context stops with a message")
   func requireMainThreadOutsideMainContext() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      let thread = Thread { MainContext.requireMainThread(for: "SDL video") }
-      thread.start()
-      usleep(TimeScale.microseconds(5_000_000))
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.requireMainThreadOutsideMainContextInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.requireMainThreadOutsideMainContextInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnce: SDL video needs the main thread, and the code at"), "\(text)")
     #expect(text.contains("outside main context"))

@@ -270,15 +270,26 @@ struct PerObjectTests {
     return (objects, reused, firstSiteRuns, secondSiteRuns)
   }
 
+  /// The body of an exit test of `reentrantRunOnce`, in the exit test's process.
+  private static func reentrantRunOnceInItsProcess() async throws {
+    boundExitTest()
+    final class Node {
+      func visit() { runOnce(for: self) { visit() } }
+    }
+    Node().visit()
+  }
+
   @Test("a body that reaches its own call site for the same object stops with a message")
   func reentrantRunOnce() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      final class Node {
-        func visit() { runOnce(for: self) { visit() } }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.reentrantRunOnceInItsProcess()
       }
-      Node().visit()
-    }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.reentrantRunOnceInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
       text.contains(
@@ -294,26 +305,37 @@ extension PerObjectTests {
     #expect(ObjectLifetimes.areReadable)
   }
 
+  /// The body of an exit test of `weakLoadLifetimes`, in the exit test's process.
+  private static func weakLoadLifetimesInItsProcess() async throws {
+    boundExitTest()
+    Instrumentation.objectCellsUseWeakLoads = true
+    let (objects, reused, runs, _) = PerObjectTests.churnShortLivedObjects()
+    let kept = Plain()
+    runOnce(for: kept) {}
+    let sideTable = ObjectCells.table.withLock { table in
+      table.slots.compactMap { $0 }.first { $0.object === kept }?.sideTable
+    }
+    if reused < 500 || runs != objects || sideTable != 0 {
+      FileHandle.standardError.write(
+        Data(
+          "reused \(reused), \(runs) runs for \(objects) objects, side table \(sideTable as Any)\n"
+            .utf8))
+      exit(1)
+    }
+  }
+
   @Test("cells that tell lifetimes with a weak load stay done, and a reused address runs again")
   func weakLoadLifetimes() async {
     // In a process of its own: the switch holds for every cell the process makes from then on.
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      Instrumentation.objectCellsUseWeakLoads = true
-      let (objects, reused, runs, _) = PerObjectTests.churnShortLivedObjects()
-      let kept = Plain()
-      runOnce(for: kept) {}
-      let sideTable = ObjectCells.table.withLock { table in
-        table.slots.compactMap { $0 }.first { $0.object === kept }?.sideTable
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        try await Self.weakLoadLifetimesInItsProcess()
       }
-      if reused < 500 || runs != objects || sideTable != 0 {
-        FileHandle.standardError.write(
-          Data(
-            "reused \(reused), \(runs) runs for \(objects) objects, side table \(sideTable as Any)\n"
-              .utf8))
-        exit(1)
+    #else
+      let result = await expectProcessExit(.success) {
+        try await Self.weakLoadLifetimesInItsProcess()
       }
-    }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.isEmpty, "\(text)")
   }

@@ -16,12 +16,23 @@ enum SelfCallingInitializer {
 
 @Suite("Re-entrance")
 struct ReentranceTests {
+  /// The body of an exit test of `reentranceStopsTheProcess`, in the exit test's process.
+  private static func reentranceStopsTheProcessInItsProcess() async throws {
+    boundExitTest()
+    SelfCallingInitializer.run()
+  }
+
   @Test("an initializer that calls its own token stops with both call sites")
   func reentranceStopsTheProcess() async throws {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      SelfCallingInitializer.run()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.reentranceStopsTheProcessInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.reentranceStopsTheProcessInItsProcess()
+      }
+    #endif
     let standardError = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let outer = SelfCallingInitializer.runLine + 2
     let inner = SelfCallingInitializer.runLine + 3

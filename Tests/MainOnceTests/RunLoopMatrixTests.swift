@@ -115,14 +115,16 @@ struct RunLoopMatrixTests {
     }
   }
 
+  /// The scenarios whose context public signals can see. A property, not a closure in the
+  /// test's arguments: Swift 6.0's compiler crashed type-checking that closure.
+  static let fallbackScenarios: [Scenario] = scenarios.filter {
+    !($0.context == .nestedSync && ($0.driver == .dispatchMain || $0.driver == .asyncMain))
+  }
+
   /// Where libdispatch's queue state cannot be read, MainOnce must still be right wherever
   /// public signals suffice. (A `sync` nested in a main-queue block after `dispatchMain()` is
   /// the one context they cannot see; the deadlock watchdog covers it.)
-  @Test(
-    "fallback without queue introspection stays correct",
-    arguments: scenarios.filter {
-      !($0.context == .nestedSync && ($0.driver == .dispatchMain || $0.driver == .asyncMain))
-    })
+  @Test("fallback without queue introspection stays correct", arguments: fallbackScenarios)
   func fallbackStaysCorrect(_ scenario: Scenario) async throws {
     let outcome = try await FixtureProcess.run(
       scenario.executable, scenario.arguments,

@@ -64,25 +64,36 @@ struct SettingsTests {
     #expect(warning.contains("MAINONCE_QUEUE_INTROSPECTION=off"))
   }
 
+  /// The body of an exit test of `firstCallOnlyReadsTheMainQueue`, in the exit test's process.
+  private static func firstCallOnlyReadsTheMainQueueInItsProcess() async throws {
+    boundExitTest()
+    let token = MainOnceToken("first call of a process")
+    // A worker's first call: it reads the main queue's layout, and sends a hop.
+    let done = DispatchSemaphore(value: 0)
+    Thread {
+      onceOnMain(token: token) {}
+      done.signal()
+    }.start()
+    guard done.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(2) }
+    let confirmed = QueueOwnership.availability.load(ordering: .relaxed)
+    let otherQueues = QueueOwnership.queueAvailability.load(ordering: .relaxed)
+    // No private queue was made and synced on: the other queues' layout is still unchecked.
+    exit(
+      confirmed == QueueOwnership.Availability.confirmed.rawValue
+        && otherQueues == QueueOwnership.Availability.undecided.rawValue ? 0 : 1)
+  }
+
   @Test("a first call checks the main queue by reading it only, and its hop confirms the owner")
   func firstCallOnlyReadsTheMainQueue() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      let token = MainOnceToken("first call of a process")
-      // A worker's first call: it reads the main queue's layout, and sends a hop.
-      let done = DispatchSemaphore(value: 0)
-      Thread {
-        onceOnMain(token: token) {}
-        done.signal()
-      }.start()
-      guard done.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(2) }
-      let confirmed = QueueOwnership.availability.load(ordering: .relaxed)
-      let otherQueues = QueueOwnership.queueAvailability.load(ordering: .relaxed)
-      // No private queue was made and synced on: the other queues' layout is still unchecked.
-      exit(
-        confirmed == QueueOwnership.Availability.confirmed.rawValue
-          && otherQueues == QueueOwnership.Availability.undecided.rawValue ? 0 : 1)
-    }
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.firstCallOnlyReadsTheMainQueueInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.firstCallOnlyReadsTheMainQueueInItsProcess()
+      }
+    #endif
   }
 
   @Test(

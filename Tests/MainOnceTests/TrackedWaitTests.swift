@@ -64,29 +64,40 @@ struct TrackedWaitTests {
     #expect(value == "ran")
   }
 
-  /// Each target is captured on a thread of the program's own (a `Thread`), outside dispatch
-  /// work: only that thread can signal it, so the cycle is proven.
+  /// The body of an exit test of `threadCycle`, in the exit test's process. Each target is
+  /// captured on a thread of the program's own (a `Thread`), outside dispatch work: only that
+  /// thread can signal it, so the cycle is proven.
+  private static func threadCycleInItsProcess() async throws {
+    boundExitTest()
+    let targets = Locked<[(WaitTarget, Int32)]>([])
+    let never = DispatchSemaphore(value: 0)
+    for index in 0..<2 {
+      Thread {
+        // Made before the lock is taken: making the thread's record takes a lock of its own.
+        let me = (WaitTarget.currentThread, KernelThread.current)
+        targets.withLock { $0.append(me) }
+        // The first waits at once; the second once the first sleeps in its wait (bounded:
+        // then the cycle is closed the other way).
+        _ = waitUntil { targets.withLock { $0.count == 2 } }
+        let other = targets.withLock { $0.first { $0.1 != me.1 }! }
+        if index == 1 { _ = waitUntil { KernelThread.isAsleep(other.1) } }
+        never.wait(for: other.0)
+      }.start()
+    }
+    never.wait()
+  }
+
   @Test("two threads that wait for each other are stopped with both edges")
   func threadCycle() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      let targets = Locked<[(WaitTarget, Int32)]>([])
-      let never = DispatchSemaphore(value: 0)
-      for index in 0..<2 {
-        Thread {
-          // Made before the lock is taken: making the thread's record takes a lock of its own.
-          let me = (WaitTarget.currentThread, KernelThread.current)
-          targets.withLock { $0.append(me) }
-          // The first waits at once; the second once the first sleeps in its wait (bounded:
-          // then the cycle is closed the other way).
-          _ = waitUntil { targets.withLock { $0.count == 2 } }
-          let other = targets.withLock { $0.first { $0.1 != me.1 }! }
-          if index == 1 { _ = waitUntil { KernelThread.isAsleep(other.1) } }
-          never.wait(for: other.0)
-        }.start()
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.threadCycleInItsProcess()
       }
-      never.wait()
-    }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.threadCycleInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
     #expect(lines.first == "MainOnce: deadlock detected", "\(text)")
@@ -98,21 +109,32 @@ struct TrackedWaitTests {
     #expect(!text.contains(mainQueueHint), "\(text)")
   }
 
+  /// The body of an exit test of `queueCycle`, in the exit test's process.
+  private static func queueCycleInItsProcess() async throws {
+    boundExitTest()
+    let queue = DispatchQueue(label: "tracked.cycle")
+    let worker = DispatchQueue(label: "tracked.worker")
+    let done = DispatchSemaphore(value: 0)
+    queue.sync {
+      worker.async {
+        queue.trackedSync {}
+        done.signal()
+      }
+      done.wait(for: .queue(worker))
+    }
+  }
+
   @Test("a cycle through a serial queue's owner is stopped")
   func queueCycle() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      let queue = DispatchQueue(label: "tracked.cycle")
-      let worker = DispatchQueue(label: "tracked.worker")
-      let done = DispatchSemaphore(value: 0)
-      queue.sync {
-        worker.async {
-          queue.trackedSync {}
-          done.signal()
-        }
-        done.wait(for: .queue(worker))
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.queueCycleInItsProcess()
       }
-    }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.queueCycleInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift")
     #expect(lines?.first == "MainOnce: deadlock detected", "\(text)")
@@ -133,35 +155,22 @@ struct TrackedWaitTests {
     "two trackedSync calls into each other's queues are stopped, whichever closes it",
     arguments: [false, true])
   func trackedSyncCycle(_ theOtherCloses: Bool) async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      [theOtherCloses] in
-      boundExitTest()
-      let first = DispatchQueue(label: "tracked.first")
-      let second = DispatchQueue(label: "tracked.second")
-      // Each thread holds its queue before either asks for the other's.
-      let holdsFirst = DispatchSemaphore(value: 0)
-      let holdsSecond = DispatchSemaphore(value: 0)
-      let other = Atomic<Int32>(0)
-      let me = KernelThread.current
-      Thread {
-        second.sync {
-          other.store(KernelThread.current, ordering: .releasing)
-          holdsSecond.signal()
-          holdsFirst.wait()
-          // This thread closes it once the first sleeps in its sync (bounded).
-          if theOtherCloses { _ = waitUntil { KernelThread.isAsleep(me) } }
-          first.trackedSync {}
+    #if compiler(>=6.2)
+      // One exit test per argument, each passing it as a literal: before Swift 6.3 an exit
+      // test cannot capture a value, not even through a capture list.
+      let result =
+        theOtherCloses
+        ? await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          Self.runTrackedSyncCycle(theOtherCloses: true)
         }
-      }.start()
-      first.sync {
-        holdsFirst.signal()
-        holdsSecond.wait()
-        if !theOtherCloses {
-          _ = waitUntil { KernelThread.isAsleep(other.load(ordering: .acquiring)) }
+        : await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          Self.runTrackedSyncCycle(theOtherCloses: false)
         }
-        second.trackedSync {}
+    #else
+      let result = await expectProcessExit(.failure, argument: "\(theOtherCloses)") {
+        Self.runTrackedSyncCycle(theOtherCloses: theOtherCloses)
       }
-    }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
     #expect(lines.first == "MainOnce: deadlock detected", "\(text)")
@@ -174,12 +183,53 @@ struct TrackedWaitTests {
     }
   }
 
+  /// The deadlock of ``trackedSyncCycle(_:)``, in the exit test's process.
+  private static func runTrackedSyncCycle(theOtherCloses: Bool) {
+    boundExitTest()
+    let first = DispatchQueue(label: "tracked.first")
+    let second = DispatchQueue(label: "tracked.second")
+    // Each thread holds its queue before either asks for the other's.
+    let holdsFirst = DispatchSemaphore(value: 0)
+    let holdsSecond = DispatchSemaphore(value: 0)
+    let other = Atomic<Int32>(0)
+    let me = KernelThread.current
+    Thread {
+      second.sync {
+        other.store(KernelThread.current, ordering: .releasing)
+        holdsSecond.signal()
+        holdsFirst.wait()
+        // This thread closes it once the first sleeps in its sync (bounded).
+        if theOtherCloses { _ = waitUntil { KernelThread.isAsleep(me) } }
+        first.trackedSync {}
+      }
+    }.start()
+    first.sync {
+      holdsFirst.signal()
+      holdsSecond.wait()
+      if !theOtherCloses {
+        _ = waitUntil { KernelThread.isAsleep(other.load(ordering: .acquiring)) }
+      }
+      second.trackedSync {}
+    }
+  }
+
+  /// The body of an exit test of `concurrentQueueTarget`, in the exit test's process.
+  private static func concurrentQueueTargetInItsProcess() async throws {
+    boundExitTest()
+    _ = WaitTarget.queue(DispatchQueue(label: "wide", attributes: .concurrent))
+  }
+
   @Test("a concurrent queue is rejected as a wait target, naming the call site")
   func concurrentQueueTarget() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      _ = WaitTarget.queue(DispatchQueue(label: "wide", attributes: .concurrent))
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.concurrentQueueTargetInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.concurrentQueueTargetInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnceTests/TrackedWaitTests.swift:"))
     #expect(
@@ -187,12 +237,23 @@ struct TrackedWaitTests {
         "MainOnce: WaitTarget.queue(_:) needs a serial queue, and \"wide\" is concurrent"))
   }
 
+  /// The body of an exit test of `performOnThreadTarget`, in the exit test's process.
+  private static func performOnThreadTargetInItsProcess() async throws {
+    boundExitTest()
+    WaitTarget.currentThread.perform {}
+  }
+
   @Test("perform(_:) on a target that is not work is rejected")
   func performOnThreadTarget() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      WaitTarget.currentThread.perform {}
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.performOnThreadTargetInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.performOnThreadTargetInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
       text.contains("MainOnce: perform(_:) runs work for a target made by WaitTarget.work(_:)"))
@@ -216,11 +277,36 @@ struct TrackedWaitTests {
     "a stall timeout under a millisecond is rejected, naming the call site",
     arguments: [Duration.zero, .microseconds(999), .seconds(-1)])
   func tooShortStallTimeout(_ timeout: Duration) async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      [timeout] in
-      boundExitTest()
-      DeadlockDetection.stalls = .abort(after: timeout)
-    }
+    #if compiler(>=6.2)
+      // One exit test per argument, each passing it as a literal: before Swift 6.3 an exit
+      // test cannot capture a value, not even through a capture list.
+      let result: ExitTest.Result?
+      switch timeout {
+      case .zero:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          boundExitTest()
+          DeadlockDetection.stalls = .abort(after: .zero)
+        }
+      case .microseconds(999):
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          boundExitTest()
+          DeadlockDetection.stalls = .abort(after: .microseconds(999))
+        }
+      case .seconds(-1):
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          boundExitTest()
+          DeadlockDetection.stalls = .abort(after: .seconds(-1))
+        }
+      default:
+        Issue.record("no exit test for the argument \(timeout)")
+        return
+      }
+    #else
+      let result = await expectProcessExit(.failure, argument: "\(timeout)") {
+        boundExitTest()
+        DeadlockDetection.stalls = .abort(after: timeout)
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
       text.contains(
@@ -228,59 +314,81 @@ struct TrackedWaitTests {
       ), "\(text)")
   }
 
+  /// The body of an exit test of `loopThroughTimedWait`, in the exit test's process.
+  private static func loopThroughTimedWaitInItsProcess() async throws {
+    boundExitTest()
+    let me = WaitTarget.currentThread
+    let other = Locked<(WaitTarget, Int32)?>(nil)
+    let never = DispatchSemaphore(value: 0)
+    let otherDone = DispatchSemaphore(value: 0)
+    let timedOut = Locked(false)
+    Thread {
+      // Made before the lock is taken: making the thread's record takes a lock of its own.
+      let target = (WaitTarget.currentThread, KernelThread.current)
+      other.withLock { $0 = target }
+      _ = never.wait(for: me, timeout: .now() + .milliseconds(500))  // times out
+      timedOut.withLock { $0 = true }
+      otherDone.signal()
+    }.start()
+    // The other thread sleeps in its timed wait (or, on a slow machine, is past it already).
+    _ = waitUntil {
+      timedOut.withLock { $0 }
+        || other.withLock { $0 }.map { KernelThread.isAsleep($0.1) } ?? false
+    }
+    otherDone.wait(for: other.withLock { $0!.0 })  // no deadline, but ends within 500 ms
+  }
+
   /// Thread B waits for thread A with a deadline; then A waits for B with none. The graph has
   /// a loop, but B's wait ends by itself, so A's wait ends too: no deadlock may be reported.
   @Test("a loop through a timed wait is no deadlock: the timed wait ends by itself")
   func loopThroughTimedWait() async {
-    let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      let me = WaitTarget.currentThread
-      let other = Locked<(WaitTarget, Int32)?>(nil)
-      let never = DispatchSemaphore(value: 0)
-      let otherDone = DispatchSemaphore(value: 0)
-      let timedOut = Locked(false)
-      Thread {
-        // Made before the lock is taken: making the thread's record takes a lock of its own.
-        let target = (WaitTarget.currentThread, KernelThread.current)
-        other.withLock { $0 = target }
-        _ = never.wait(for: me, timeout: .now() + .milliseconds(500))  // times out
-        timedOut.withLock { $0 = true }
-        otherDone.signal()
-      }.start()
-      // The other thread sleeps in its timed wait (or, on a slow machine, is past it already).
-      _ = waitUntil {
-        timedOut.withLock { $0 }
-          || other.withLock { $0 }.map { KernelThread.isAsleep($0.1) } ?? false
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+        try await Self.loopThroughTimedWaitInItsProcess()
       }
-      otherDone.wait(for: other.withLock { $0!.0 })  // no deadline, but ends within 500 ms
-    }
+    #else
+      let result = await expectProcessExit(.success) {
+        try await Self.loopThroughTimedWaitInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(!text.contains("deadlock detected"), "\(text)")
+  }
+
+  /// The body of an exit test of `runOnceCycleHint`, in the exit test's process.
+  private static func runOnceCycleHintInItsProcess() async throws {
+    boundExitTest()
+    let a = CycleNode()
+    let b = CycleNode()
+    let aEntered = DispatchSemaphore(value: 0)
+    let bEntered = DispatchSemaphore(value: 0)
+    Thread {
+      step(a) {
+        aEntered.signal()
+        _ = bEntered.wait(timeout: .now() + TimeScale.seconds(5))
+        step(b) {}  // waits for the body below, which runs b's call
+      }
+    }.start()
+    step(b) {
+      bEntered.signal()
+      _ = aEntered.wait(timeout: .now() + TimeScale.seconds(5))
+      _ = waitUntilParked()  // the other thread waits for this body
+      step(a) {}  // closes the cycle
+    }
   }
 
   /// Two `runOnce(for:)` bodies, on two threads, each wait for the other's call site.
   @Test("two runOnce bodies that wait for each other stop with the once-only-work hint")
   func runOnceCycleHint() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      let a = CycleNode()
-      let b = CycleNode()
-      let aEntered = DispatchSemaphore(value: 0)
-      let bEntered = DispatchSemaphore(value: 0)
-      Thread {
-        step(a) {
-          aEntered.signal()
-          _ = bEntered.wait(timeout: .now() + TimeScale.seconds(5))
-          step(b) {}  // waits for the body below, which runs b's call
-        }
-      }.start()
-      step(b) {
-        bEntered.signal()
-        _ = aEntered.wait(timeout: .now() + TimeScale.seconds(5))
-        _ = waitUntilParked()  // the other thread waits for this body
-        step(a) {}  // closes the cycle
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.runOnceCycleHintInItsProcess()
       }
-    }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.runOnceCycleHintInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     let lines = stoppingReport(in: text, from: "MainOnceTests/TrackedWaitTests.swift") ?? []
     #expect(lines.first == "MainOnce: deadlock detected", "\(text)")

@@ -142,9 +142,13 @@ struct WaitTests {
   @Test("a blocking wait returns once another caller's initializer ran, not after one that threw")
   func blockingWaitOutlivesAThrow() async throws {
     let holder = TokenHolder("blocking wait")
-    async let waited = onThread { () -> [Int] in
-      holder.token.wait()
-      return [holder.token.isDone ? 1 : 0, holder.written.load(ordering: .relaxed)]
+    // A task, not `async let`: Swift 6.0's compiler crashed on the `async let` (its move-only
+    // checker, on the token borrowed in the closure).
+    let waited = Task {
+      await onThread { () -> [Int] in
+        holder.token.wait()
+        return [holder.token.isDone ? 1 : 0, holder.written.load(ordering: .relaxed)]
+      }
     }
     #expect(await waiters(1, on: "\"blocking wait\""))
     await #expect(throws: InitializerFailed.self) {
@@ -153,7 +157,7 @@ struct WaitTests {
     // Resolved under the lock before the throwing call returned, had it been: still waiting.
     #expect(callersWaiting { $0.contains("\"blocking wait\"") } == 1)
     try await onceOnMain(token: holder.token) { holder.written.store(42, ordering: .relaxed) }
-    #expect(await waited == [1, 42])
+    #expect(await waited.value == [1, 42])
   }
 
   @Test("an await wait returns once the token is done; a cancelled one throws and leaves it fresh")
@@ -238,8 +242,8 @@ struct WaitTests {
       failed.signal()
     }
     #expect(await onThread { failed.wait(timeout: .now() + TimeScale.seconds(10)) } == .success)
-    weak let timed = holder
-    #expect(await eventually { timed.map { !stallTimerRuns(for: $0.token) } ?? false })
+    let timed = WeakReference(holder)
+    #expect(await eventually { timed.object.map { !stallTimerRuns(for: $0.token) } ?? false })
     // A wait now starts a timer again, which lets it go once the token is freed.
     do {
       let captured = Captured()
@@ -250,30 +254,52 @@ struct WaitTests {
     #expect(await eventually { watch.captured == nil })
   }
 
+  /// The body of an exit test of `strandedWaitsEndTheirStall`, in the exit test's process.
+  private static func strandedWaitsEndTheirStallInItsProcess() async throws {
+    boundExitTest()
+    let log = ReportLog.recordingStalls()
+    var holder: TokenHolder? = TokenHolder("stranded")
+    holder!.token.wait(completionQueue: .global()) {}
+    guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
+    holder = nil
+    exit(waitUntil(timeout: .seconds(3)) { !log.of(.stallEnded).isEmpty } ? 0 : 1)
+  }
+
   @Test("a reported stall of completion-form waits on a freed token ends when they are let go")
   func strandedWaitsEndTheirStall() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      let log = ReportLog.recordingStalls()
-      var holder: TokenHolder? = TokenHolder("stranded")
-      holder!.token.wait(completionQueue: .global()) {}
-      guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
-      holder = nil
-      exit(waitUntil(timeout: .seconds(3)) { !log.of(.stallEnded).isEmpty } ? 0 : 1)
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.strandedWaitsEndTheirStallInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.strandedWaitsEndTheirStallInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `tokenFreedUnderTheEnginesLock`, in the exit test's process.
+  private static func tokenFreedUnderTheEnginesLockInItsProcess() async throws {
+    boundExitTest()
+    releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAHolder) {
+      // A flight is attached to this token: a completion-form wait waits for it.
+      let holder = TokenHolder("freed under the lock")
+      holder.token.wait(completionQueue: .global()) {}
+      return holder
     }
   }
 
   @Test("a token freed by a closure that the engine releases under its lock frees without it")
   func tokenFreedUnderTheEnginesLock() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAHolder) {
-        // A flight is attached to this token: a completion-form wait waits for it.
-        let holder = TokenHolder("freed under the lock")
-        holder.token.wait(completionQueue: .global()) {}
-        return holder
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.tokenFreedUnderTheEnginesLockInItsProcess()
       }
-    }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.tokenFreedUnderTheEnginesLockInItsProcess()
+      }
+    #endif
   }
 
   @Test("a wait on a done token returns at once, in every form")
@@ -295,7 +321,8 @@ struct WaitTests {
   @Test("a lazy value's wait returns the value another read built, and never builds it")
   func lazyWaitNeverBuilds() async throws {
     let holder = LazyHolder()
-    async let waited = onThread { holder.lazy.wait() }
+    // A task, not `async let`, as in `blockingWaitOutlivesAThrow()`.
+    let waited = Task { await onThread { holder.lazy.wait() } }
     let awaited = Task { () async throws -> Gauge in try await holder.lazy.wait() }
     #expect(await waiters(2, on: "MainLazy<Gauge>"))
     #expect(holder.builds.value.load(ordering: .relaxed) == 0)
@@ -303,7 +330,7 @@ struct WaitTests {
     #expect(!builtBefore)
     let built = await holder.lazy.get()
     #expect(built == Gauge(reading: 100))
-    #expect(await waited == built)
+    #expect(await waited.value == built)
     #expect(try await awaited.value == built)
     #expect(holder.builds.value.load(ordering: .relaxed) == 1)
   }
@@ -332,98 +359,153 @@ struct WaitTests {
     #expect(builds.value.load(ordering: .relaxed) == 2)
   }
 
+  /// The body of an exit test of `mainContextWaitServesTheMainQueue`, in the exit test's process.
+  private static func mainContextWaitServesTheMainQueueInItsProcess() async throws {
+    boundExitTest()
+    Thread {
+      // Once the main actor is blocked in its wait, two initializers are queued for the main
+      // queue: another token's first, then the awaited one's. Their hops cannot run.
+      guard waitUntilParked() else { exit(2) }
+      onceOnMain(token: WaitTokens.other) {}
+      onceOnMain(token: WaitTokens.served) {}
+    }.start()
+    await MainActor.run { WaitTokens.served.wait() }
+    exit(WaitTokens.served.isDone && WaitTokens.other.isDone ? 0 : 1)
+  }
+
   @Test("a wait in main context runs the initializers queued meanwhile, which no hop could run")
   func mainContextWaitServesTheMainQueue() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      Thread {
-        // Once the main actor is blocked in its wait, two initializers are queued for the main
-        // queue: another token's first, then the awaited one's. Their hops cannot run.
-        guard waitUntilParked() else { exit(2) }
-        onceOnMain(token: WaitTokens.other) {}
-        onceOnMain(token: WaitTokens.served) {}
-      }.start()
-      await MainActor.run { WaitTokens.served.wait() }
-      exit(WaitTokens.served.isDone && WaitTokens.other.isDone ? 0 : 1)
-    }
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.mainContextWaitServesTheMainQueueInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.mainContextWaitServesTheMainQueueInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `servingWaitWokenWithoutAHop`, in the exit test's process.
+  private static func servingWaitWokenWithoutAHopInItsProcess() async throws {
+    boundExitTest()
+    Thread {
+      guard waitUntilParked() else { exit(2) }
+      // Run by the waiting main thread; its hop stays on its way, unneeded.
+      _ = try? onceOnMain(token: WaitTokens.afterThrow) { throw InitializerFailed() }
+      // So this attempt sends no hop: only a wake reaches the wait.
+      onceOnMain(token: WaitTokens.afterThrow) {}
+    }.start()
+    await MainActor.run { WaitTokens.afterThrow.wait() }
+    exit(WaitTokens.afterThrow.isDone ? 0 : 1)
   }
 
   @Test("a serving wait is woken by an attempt that sends no hop, after it ran one that threw")
   func servingWaitWokenWithoutAHop() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      Thread {
-        guard waitUntilParked() else { exit(2) }
-        // Run by the waiting main thread; its hop stays on its way, unneeded.
-        _ = try? onceOnMain(token: WaitTokens.afterThrow) { throw InitializerFailed() }
-        // So this attempt sends no hop: only a wake reaches the wait.
-        onceOnMain(token: WaitTokens.afterThrow) {}
-      }.start()
-      await MainActor.run { WaitTokens.afterThrow.wait() }
-      exit(WaitTokens.afterThrow.isDone ? 0 : 1)
-    }
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.servingWaitWokenWithoutAHopInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.servingWaitWokenWithoutAHopInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `nestedServingWaitPassesAWakeOn`, in the exit test's process.
+  private static func nestedServingWaitPassesAWakeOnInItsProcess() async throws {
+    boundExitTest()
+    Thread {
+      guard waitUntilParked(1) else { exit(2) }  // main, in the outer wait
+      onceOnMain(token: WaitTokens.servedByOuter) {
+        // On the main thread, run by the outer wait: it waits again, nested.
+        Thread {
+          guard waitUntilParked(2) else { exit(2) }  // this thread's caller, and main
+          onceOnMain(token: WaitTokens.inner) {
+            // Run by the nested wait, which ends when this returns: the attempt queued now
+            // wakes the nested wait, too late for it to run it.
+            Thread { onceOnMain(token: WaitTokens.lateArrival) {} }.start()
+            guard waitUntilParked(3) else { exit(2) }
+          }
+          WaitTokens.lateArrival.wait()
+          onceOnMain(token: WaitTokens.outer) {}
+        }.start()
+        WaitTokens.inner.wait()
+      }
+    }.start()
+    await MainActor.run { WaitTokens.outer.wait() }
+    exit(WaitTokens.lateArrival.isDone ? 0 : 1)
   }
 
   @Test("a serving wait nested in an attempt of an outer one passes a wake on when it ends")
   func nestedServingWaitPassesAWakeOn() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      Thread {
-        guard waitUntilParked(1) else { exit(2) }  // main, in the outer wait
-        onceOnMain(token: WaitTokens.servedByOuter) {
-          // On the main thread, run by the outer wait: it waits again, nested.
-          Thread {
-            guard waitUntilParked(2) else { exit(2) }  // this thread's caller, and main
-            onceOnMain(token: WaitTokens.inner) {
-              // Run by the nested wait, which ends when this returns: the attempt queued now
-              // wakes the nested wait, too late for it to run it.
-              Thread { onceOnMain(token: WaitTokens.lateArrival) {} }.start()
-              guard waitUntilParked(3) else { exit(2) }
-            }
-            WaitTokens.lateArrival.wait()
-            onceOnMain(token: WaitTokens.outer) {}
-          }.start()
-          WaitTokens.inner.wait()
-        }
-      }.start()
-      await MainActor.run { WaitTokens.outer.wait() }
-      exit(WaitTokens.lateArrival.isDone ? 0 : 1)
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.nestedServingWaitPassesAWakeOnInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.nestedServingWaitPassesAWakeOnInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `servingWaitReportsItsStall`, in the exit test's process.
+  private static func servingWaitReportsItsStallInItsProcess() async throws {
+    boundExitTest()
+    DeadlockDetection.stalls = .report(after: .milliseconds(300))
+    DeadlockDetection.reportHandler = { report in
+      guard report.kind == .stall, report.text.contains("\"never initialized\"") else { return }
+      exit(report.text.contains("the wait in main context holds the main queue") ? 0 : 5)
     }
+    Thread {
+      guard waitUntilParked() else { exit(2) }
+      // A fresh token every 10 ms, each run by the waiting main thread: wakes far more
+      // often than the grace and the stall timeout.
+      for _ in 0..<500 {
+        onceOnMain(token: TokenHolder("served").token) {}
+        usleep(10_000)
+      }
+      exit(3)
+    }.start()
+    await MainActor.run { WaitTokens.neverInitialized.wait() }
+    exit(4)
   }
 
   @Test("a serving wait that keeps running other initializers still reports its own stall")
   func servingWaitReportsItsStall() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      DeadlockDetection.stalls = .report(after: .milliseconds(300))
-      DeadlockDetection.reportHandler = { report in
-        guard report.kind == .stall, report.text.contains("\"never initialized\"") else { return }
-        exit(report.text.contains("the wait in main context holds the main queue") ? 0 : 5)
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.servingWaitReportsItsStallInItsProcess()
       }
-      Thread {
-        guard waitUntilParked() else { exit(2) }
-        // A fresh token every 10 ms, each run by the waiting main thread: wakes far more
-        // often than the grace and the stall timeout.
-        for _ in 0..<500 {
-          onceOnMain(token: TokenHolder("served").token) {}
-          usleep(10_000)
-        }
-        exit(3)
-      }.start()
-      await MainActor.run { WaitTokens.neverInitialized.wait() }
-      exit(4)
-    }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.servingWaitReportsItsStallInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `completionFormWaitIsNamedInItsStall`, in the exit test's process.
+  private static func completionFormWaitIsNamedInItsStallInItsProcess() async throws {
+    boundExitTest()
+    exitAtTheFirstStallReport()
+    WaitTokens.handlerWaited.wait(completionQueue: .global()) {}
+    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(5))
+    exit(0)
   }
 
   @Test("a completion-form wait is named as a wait in its stall report")
   func completionFormWaitIsNamedInItsStall() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      exitAtTheFirstStallReport()
-      WaitTokens.handlerWaited.wait(completionQueue: .global()) {}
-      _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(5))
-      exit(0)
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.completionFormWaitIsNamedInItsStallInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.completionFormWaitIsNamedInItsStallInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(
       text.contains("REPORT MainOnce: a completion handler has waited")
@@ -431,74 +513,129 @@ struct WaitTests {
     #expect(text.contains("no caller has brought the initializer"), "\(text)")
   }
 
+  /// The body of an exit test of `asyncLazyWaitStallOutlivesAThrow`, in the exit test's process.
+  private static func asyncLazyWaitStallOutlivesAThrowInItsProcess() async throws {
+    boundExitTest()
+    let log = ReportLog.recordingStalls()
+    let waited = DispatchSemaphore(value: 0)
+    Task.detached {
+      guard try await WaitTokens.flaky.wait() == 7 else { exit(5) }
+      waited.signal()
+    }
+    guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
+    // A build throws while the wait goes on: its stall has not ended.
+    let thrown = DispatchSemaphore(value: 0)
+    Task.detached {
+      _ = try? await WaitTokens.flaky.get()
+      thrown.signal()
+    }
+    guard thrown.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
+    // Six stall timeouts for a wrong report to come: a second stall, or an end.
+    _ = waitUntil(timeout: .milliseconds(600)) {
+      log.of(.stall).count > 1 || !log.of(.stallEnded).isEmpty
+    }
+    guard log.of(.stall).count == 1, log.of(.stallEnded).isEmpty else { exit(6) }
+    Task.detached { _ = try? await WaitTokens.flaky.get() }
+    guard waited.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
+    // The wait ended: its stall's end is reported once.
+    guard waitUntil({ !log.of(.stallEnded).isEmpty }) else { exit(4) }
+    exit(log.of(.stall).count == 1 && log.of(.stallEnded).count == 1 ? 0 : 1)
+  }
+
   @Test("an AsyncMainLazy wait's stall goes on across a build that threw, reported once")
   func asyncLazyWaitStallOutlivesAThrow() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      let log = ReportLog.recordingStalls()
-      let waited = DispatchSemaphore(value: 0)
-      Task.detached {
-        guard try await WaitTokens.flaky.wait() == 7 else { exit(5) }
-        waited.signal()
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.asyncLazyWaitStallOutlivesAThrowInItsProcess()
       }
-      guard waitUntil({ !log.of(.stall).isEmpty }) else { exit(2) }
-      // A build throws while the wait goes on: its stall has not ended.
-      let thrown = DispatchSemaphore(value: 0)
-      Task.detached {
-        _ = try? await WaitTokens.flaky.get()
-        thrown.signal()
+    #else
+      await expectProcessExit(.success) {
+        try await Self.asyncLazyWaitStallOutlivesAThrowInItsProcess()
       }
-      guard thrown.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
-      // Six stall timeouts for a wrong report to come: a second stall, or an end.
-      _ = waitUntil(timeout: .milliseconds(600)) {
-        log.of(.stall).count > 1 || !log.of(.stallEnded).isEmpty
-      }
-      guard log.of(.stall).count == 1, log.of(.stallEnded).isEmpty else { exit(6) }
-      Task.detached { _ = try? await WaitTokens.flaky.get() }
-      guard waited.wait(timeout: .now() + TimeScale.seconds(5)) == .success else { exit(3) }
-      // The wait ended: its stall's end is reported once.
-      guard waitUntil({ !log.of(.stallEnded).isEmpty }) else { exit(4) }
-      exit(log.of(.stall).count == 1 && log.of(.stallEnded).count == 1 ? 0 : 1)
-    }
+    #endif
+  }
+
+  /// The body of an exit test of `unbuiltLazyFreedUnderTheEnginesLock`, in the exit test's process.
+  private static func unbuiltLazyFreedUnderTheEnginesLockInItsProcess() async throws {
+    boundExitTest()
+    releaseWithAnAnsweredInitializer(of: WaitTokens.releasesALazyHolder) { LazyHolder() }
   }
 
   @Test("an unbuilt MainLazy freed by a closure that the engine releases under its lock frees")
   func unbuiltLazyFreedUnderTheEnginesLock() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      releaseWithAnAnsweredInitializer(of: WaitTokens.releasesALazyHolder) { LazyHolder() }
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.unbuiltLazyFreedUnderTheEnginesLockInItsProcess()
+      }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.unbuiltLazyFreedUnderTheEnginesLockInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `initializerCapturesLetGoAfterTheLock`, in the exit test's process.
+  private static func initializerCapturesLetGoAfterTheLockInItsProcess() async throws {
+    boundExitTest()
+    final class CallsBack: Sendable {
+      deinit { _ = WaitTokens.askedInADeinit.isDone }  // not done: asks under the lock
     }
+    releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAProbe) { CallsBack() }
   }
 
   @Test("an initializer's captures are let go after the engine's lock: their deinit may call it")
   func initializerCapturesLetGoAfterTheLock() async {
-    await #expect(processExitsWith: .success) {
-      boundExitTest()
-      final class CallsBack: Sendable {
-        deinit { _ = WaitTokens.askedInADeinit.isDone }  // not done: asks under the lock
+    #if compiler(>=6.2)
+      await #expect(processExitsWith: .success) {
+        try await Self.initializerCapturesLetGoAfterTheLockInItsProcess()
       }
-      releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAProbe) { CallsBack() }
-    }
+    #else
+      await expectProcessExit(.success) {
+        try await Self.initializerCapturesLetGoAfterTheLockInItsProcess()
+      }
+    #endif
+  }
+
+  /// The body of an exit test of `lazyWaitInsideItsOwnBuilder`, in the exit test's process.
+  private static func lazyWaitInsideItsOwnBuilderInItsProcess() async throws {
+    boundExitTest()
+    _ = await MainActor.run { WaitTokens.selfWaitingLazy.value }
   }
 
   @Test("a lazy value's wait inside its own builder stops with a message about waiting")
   func lazyWaitInsideItsOwnBuilder() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      _ = await MainActor.run { WaitTokens.selfWaitingLazy.value }
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.lazyWaitInsideItsOwnBuilderInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.lazyWaitInsideItsOwnBuilderInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("waited for its own value while building it"), "\(text)")
     #expect(
       text.contains("MainOnceTests/WaitTests.swift:\(WaitTokens.selfWaitingLazyLine)"), "\(text)")
   }
 
+  /// The body of an exit test of `asyncLazyWaitInsideItsOwnBuild`, in the exit test's process.
+  private static func asyncLazyWaitInsideItsOwnBuildInItsProcess() async throws {
+    boundExitTest()
+    _ = try? await WaitTokens.selfWaitingBuild.get()
+  }
+
   @Test("an AsyncMainLazy's wait inside its own build stops with a message about waiting")
   func asyncLazyWaitInsideItsOwnBuild() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      _ = try? await WaitTokens.selfWaitingBuild.get()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.asyncLazyWaitInsideItsOwnBuildInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.asyncLazyWaitInsideItsOwnBuildInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("waited for its own value while building it"), "\(text)")
     #expect(
@@ -506,12 +643,23 @@ struct WaitTests {
       "\(text)")
   }
 
+  /// The body of an exit test of `waitInsideItsOwnInitializer`, in the exit test's process.
+  private static func waitInsideItsOwnInitializerInItsProcess() async throws {
+    boundExitTest()
+    WaitTokens.waitInsideOwnInitializer()
+  }
+
   @Test("a wait inside the token's own initializer stops with a message naming both calls")
   func waitInsideItsOwnInitializer() async {
-    let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-      boundExitTest()
-      WaitTokens.waitInsideOwnInitializer()
-    }
+    #if compiler(>=6.2)
+      let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+        try await Self.waitInsideItsOwnInitializerInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.failure) {
+        try await Self.waitInsideItsOwnInitializerInItsProcess()
+      }
+    #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
     #expect(text.contains("MainOnce: re-entrant call for token \"self-waiting\""), "\(text)")
     #expect(

@@ -50,6 +50,9 @@ struct FixtureProcess {
       .deletingLastPathComponent()
   }()
 
+  /// This test runner's own executable.
+  static let testRunner = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+
   /// Runs `executable` (a product's name, or an absolute path) with `arguments` and
   /// `environment` added to this process's environment, for at most `timeout` times the time
   /// scale, which the child is given too.

@@ -14,7 +14,7 @@ import Testing
 /// settings. So this process raises the stall timeout above any deliberate hold (each bounded
 /// by ``mainQueueHold``), while a real hang (which the tests' own time limits catch sooner) is
 /// still reported.
-struct TestProcessSettings: SuiteTrait, TestScoping {
+struct TestProcessSettings: SuiteTrait {
   static let stallTimeout = Duration.seconds(30).scaled
 
   /// The longest a test in this process may hold the main queue on purpose (scaled): half the
@@ -26,13 +26,26 @@ struct TestProcessSettings: SuiteTrait, TestScoping {
   /// that only the load had slowed.
   static let mainQueueHold = Duration.seconds(5).scaled
 
-  func provideScope(
-    for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
-  ) async throws {
-    DeadlockDetection.stalls = .report(after: Self.stallTimeout)
-    try await function()
-  }
 }
+
+#if compiler(>=6.1)
+  extension TestProcessSettings: TestScoping {
+    func provideScope(
+      for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+      DeadlockDetection.stalls = .report(after: Self.stallTimeout)
+      try await function()
+    }
+  }
+#else
+  // Swift Testing before 6.1 has no scoping traits: the setting is made as the suite is
+  // prepared, before its tests run, which is all the scope above does.
+  extension TestProcessSettings {
+    func prepare(for test: Test) async throws {
+      DeadlockDetection.stalls = .report(after: Self.stallTimeout)
+    }
+  }
+#endif
 
 extension Trait where Self == TestProcessSettings {
   /// This suite's tests wait for initializers in the test process (see ``TestProcessSettings``).
