@@ -12,6 +12,14 @@ import MainOnce
 /// measurement on a background thread, serves the main queue with `DRIVER` on the main thread,
 /// prints the result as one line of JSON and exits. The parent starts one child per driver with
 /// ``spawn(_:driver:quick:as:)``.
+/// What a measurement returns. Its metatype crosses into a `@Sendable` closure, which Swift 6.2
+/// and later check (`SendableMetatype`, new in 6.2); before 6.2 there is nothing to ask for.
+#if compiler(>=6.2)
+  typealias EncodableResult = Encodable & SendableMetatype
+#else
+  typealias EncodableResult = Encodable
+#endif
+
 enum DriverProcess {
   /// The drivers, in the order of the tables.
   static let drivers = ["dispatchMain", "runLoop", "mainQueueDriver"]
@@ -19,7 +27,7 @@ enum DriverProcess {
   /// Runs `measure` on a background thread while `driver` serves the main queue on the main
   /// thread (`mainQueueDriver`: a `poll` loop that drains it through ``MainQueueDriver``), and
   /// prints what it returns as JSON.
-  static func serve<Result: Encodable & SendableMetatype>(
+  static func serve<Result: EncodableResult>(
     driver: String, _ measure: @escaping @Sendable () -> Result
   ) -> Never {
     serve(driver: driver) {

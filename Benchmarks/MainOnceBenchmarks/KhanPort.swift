@@ -20,10 +20,8 @@ enum KhanPort {
       once(predicate, block)
     } else if predicate.pointee == 0 {
       mainQueueSyncs.add(1, ordering: .relaxed)
-      // This is safe because `dispatch_once_f` alone writes through the predicate, and
-      // synchronizes those writes.
-      nonisolated(unsafe) let predicate = predicate
-      DispatchQueue.main.sync { once(predicate, block) }
+      let shared = SharedPredicate(pointer: predicate)
+      DispatchQueue.main.sync { once(shared.pointer, block) }
     }
   }
 
@@ -42,3 +40,13 @@ enum KhanPort {
     init(_ block: @escaping () -> Void) { self.block = block }
   }
 }
+
+/// The predicate's address, to hand to the main queue. A box, not `nonisolated(unsafe) let`:
+/// Swift 6.0 still reports sending that pointer as a risk of data races.
+private struct SharedPredicate {
+  let pointer: UnsafeMutablePointer<Int>
+}
+
+// This is safe because `dispatch_once_f` alone writes through the predicate, and synchronizes
+// those writes.
+extension SharedPredicate: @unchecked Sendable {}
