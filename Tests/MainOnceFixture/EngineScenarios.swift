@@ -445,16 +445,21 @@ private func runOwnerReleasedByCompletion() {
   guard started.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
     verdict(false, "the initializer did not start in time")
   }
-  // Queued behind the running initializer: their handlers are submitted as it finishes.
-  for _ in 1..<callers {
-    handled.enter()
-    onceOnMain(token: owner!.token, completionQueue: otherHandlersQueue) {
-      tally.add("runs")
-    } completion: {
-      tally.add("completions")
-      handled.leave()
+  // Queued behind the running initializer: their handlers are submitted as it finishes. In a
+  // function of their own, so that no temporary reference to the owner outlives the calls
+  // (Swift 6.0 keeps the loop's last one until the enclosing function returns).
+  func queueTheOtherCallers(of owner: TokenOwner) {
+    for _ in 1..<callers {
+      handled.enter()
+      onceOnMain(token: owner.token, completionQueue: otherHandlersQueue) {
+        tally.add("runs")
+      } completion: {
+        tally.add("completions")
+        handled.leave()
+      }
     }
   }
+  queueTheOtherCallers(of: owner!)
   owner = nil  // the handoff holds the only strong reference now
   release.signal()
   guard handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
