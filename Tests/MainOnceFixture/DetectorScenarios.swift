@@ -98,6 +98,11 @@ enum DetectorScenario: String, CaseIterable {
   /// while another job signals at 250 ms. Prints how many rounds ran the next job on the
   /// captured thread: `PASS … sameThread=<n>/<rounds>`.
   case poolThreadTarget
+  /// Top-level code on the main thread captures `WaitTarget.currentThread`; a worker's
+  /// `runOnce(for:)` body waits for it with `semaphore.wait(for:)`, and then the main thread
+  /// calls the same `runOnce(for:)` site, waiting for that body: a cycle through a thread of the
+  /// program's own, which must be stopped.
+  case mainThreadTarget
   /// A report handler is set before MainOnce reads its settings, which the test makes one it
   /// does not understand: the warning must reach the handler, as a `warning` report, and not
   /// standard error. Prints `HANDLER …` on standard output, only there.
@@ -118,6 +123,20 @@ enum DetectorScenario: String, CaseIterable {
     switch self {
     case .laterPerformer, .laterPerformerGroup, .signalAfterPerform, .poolThreadTarget:
       runOpenTargetRounds(self)
+    case .mainThreadTarget:
+      let mainThread = WaitTarget.currentThread
+      let site = Site()
+      let never = DispatchSemaphore(value: 0)
+      let bodyRuns = DispatchSemaphore(value: 0)
+      Thread {
+        oneStep(for: site) {
+          bodyRuns.signal()
+          never.wait(for: mainThread)
+        }
+      }.start()
+      _ = bodyRuns.wait(timeout: .now() + TimeScale.seconds(10))
+      oneStep(for: site) {}
+      verdict(true, "the cycle went unnoticed")
     case .helperPerformsTheJob, .helperPerformsTheJobGroup:
       let job = WaitTarget.work("job")
       Thread {

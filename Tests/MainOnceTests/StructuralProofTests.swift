@@ -68,6 +68,23 @@ struct StructuralProofTests {
     #expect(!outcome.standardError.contains("Fatal error"))
   }
 
+  /// The main thread runs only the program's own code, also while it holds the main queue:
+  /// a target captured there by top-level code names the one thread that can signal it.
+  @Test("a wait for the main thread, captured by top-level code, closes a cycle that is stopped")
+  func mainThreadTargetIsProven() async throws {
+    let outcome = try await run("mainThreadTarget", ["FIXTURE_TIMEOUT": "10"])
+    #expect(!outcome.timedOut)
+    #expect(outcome.status != 0)
+    #expect(!outcome.standardOutput.contains("PASS"), "\(outcome.standardOutput)")
+    let lines = try #require(
+      stoppingReport(in: outcome.standardError, from: Self.fixtureFile),
+      "\(outcome.standardError)")
+    #expect(lines.first == "MainOnce: deadlock detected", "\(lines)")
+    #expect(
+      lines.contains { $0.contains(" in DispatchSemaphore.wait(for:) at \(Self.fixtureFile):") },
+      "\(lines)")
+  }
+
   @Test("a stall timeout raised after the first report spares a main queue that recovers")
   func raisedStallTimeout() async throws {
     let outcome = try await run("raisedStallTimeout")
