@@ -23,8 +23,8 @@
 /// A token is 32 bytes and statically initialized: a `static let` of one is constant data, and
 /// reading it is one load, with no lazy-global check (a class in a `static let` costs a
 /// `swift_once` call on every access on Linux; this struct does not). It holds one state word
-/// (see "How it works" in the README) and, for diagnostics, pointers to its name and to the file
-/// that declares it.
+/// (its states and transitions are in <doc:HowATokenMoves>) and, for diagnostics, pointers to
+/// its name and to the file that declares it.
 ///
 /// The optional name and the place of declaration appear in MainOnce's diagnostics:
 /// `token "audio setup" (Audio/Engine.swift:12)`.
