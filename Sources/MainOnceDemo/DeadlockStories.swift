@@ -82,27 +82,11 @@ enum DeadlockStory: String, CaseIterable {
   static func runAll() -> Never {
     var failures = 0
     for story in allCases {
-      let process = Process()
-      process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
-      process.arguments = ["deadlock", story.rawValue]
-      let output = Pipe()
-      process.standardOutput = output
-      process.standardError = output
-      print("$ MainOnceDemo deadlock \(story.rawValue)")
-      do {
-        try process.run()
-      } catch {
-        print("cannot start: \(error)")
-        exit(1)
-      }
-      let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-      process.waitUntilExit()
-      // Keep the report; leave out the runtime's crash backtrace after a deliberate stop.
-      let shown = text.components(separatedBy: "\n*** ").first ?? text
-      print(shown.trimmingCharacters(in: .newlines))
-      print("(exit status \(process.terminationStatus))\n")
+      say("$ MainOnceDemo deadlock \(story.rawValue)")
+      let status = StoryProcess.runChild(["deadlock", story.rawValue])
+      say("(exit status \(status))\n")
       let expectedToStop = story == .cycle || story == .abort
-      if (process.terminationStatus != 0) != expectedToStop { failures += 1 }
+      if (status != 0) != expectedToStop { failures += 1 }
     }
     exit(failures == 0 ? 0 : 1)
   }

@@ -1,7 +1,9 @@
 // swift run MainOnceDemo [dispatchMain | runLoop | mainActor | foreign-loop]
 //
 // Sets up a main-only "stack" guarded by MainOnce, starts threads that race to use it, serves
-// the main queue with the chosen driver, prints what happened and exits.
+// the main queue with the chosen driver, prints what happened and exits. The diagnostic stories
+// (`reentrance`, `deadlock`) each run in a child process (`StoryProcess`), so that a story that
+// MainOnce stops ends with MainOnce's message, not the Swift runtime's backtrace.
 import Foundation
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -15,14 +17,14 @@ case "mainActor":
 case "foreign-loop":
   RaceStory(driver: .foreignLoop).start()
 case "reentrance":
-  Reentrance.run()
+  StoryProcess.run(arguments) { Reentrance.run() }
 case "deadlock":
   if let name = arguments.dropFirst().first {
     guard let story = DeadlockStory(rawValue: name) else {
       FileHandle.standardError.write(Data((DemoUsage.text + "\n").utf8))
       exit(64)
     }
-    story.run()
+    StoryProcess.run(arguments) { story.run() }
   }
   DeadlockStory.runAll()
 case "help", "-h", "--help":
