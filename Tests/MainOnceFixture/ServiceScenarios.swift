@@ -41,7 +41,8 @@ enum ServiceScenario: String, CaseIterable {
   }
 
   func run() -> Never {
-    Watchdog.start(seconds: 20)
+    let limit = ProcessInfo.processInfo.environment["FIXTURE_TIMEOUT"].flatMap { Int($0) }
+    Watchdog.start(seconds: limit ?? 20)
     if self != .fromEnvironment { DeadlockDetection.cycles = .service }
     let worker = WaitTarget.work("worker")
     let record = InitializerRecord()
