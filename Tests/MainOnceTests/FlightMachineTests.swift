@@ -462,7 +462,7 @@ private struct Step {
       case .task, .handler, .taskWaiting, .handlerWaiting: nil
       }
     let isCancelled = world.cancelRequested[caller]
-    let runningBefore = world.flight!.running
+    let (runningBefore, runnerBefore) = (world.flight!.running, world.flight!.runner)
     let arrival = world.flight!.arrive(
       caller, on: thread, inMainContext: inMain, isCancelled: isCancelled,
       bringsAttempt: form.bringsAttempt)
@@ -483,6 +483,12 @@ private struct Step {
         violations.append("an attempt started for a caller outside main context")
       }
       if sendsHop && !form.bringsAttempt { violations.append("a waiter sent a hop") }
+      // One hop at a time, and none while a thread drives the flight, which runs the attempts
+      // queued meanwhile itself: racing callers share one hop.
+      if sendsHop, world.hops > 0 { violations.append("a hop was sent while one is on its way") }
+      if sendsHop, runnerBefore != nil {
+        violations.append("a hop was sent while a thread drives the flight")
+      }
       if sendsHop { world.hops += 1 }
       // Every attempt queued wakes a wait that serves the main queue (`Flight.arrive`).
       if wakesOnlyForHops ? sendsHop : form.bringsAttempt { world.servingWoken = true }

@@ -80,7 +80,8 @@
 // state: at most one attempt succeeds, and none starts after it; attempts start only in main
 // context (the engine also checks it in release builds,
 // `MainQueueEngine.driveUnlessDriven(_:on:isHop:)`); no caller is resolved twice, and a caller
-// that borrows the storage and is told "done" finds it published.
+// that borrows the storage and is told "done" finds it published; one hop at a time is sent,
+// and none while a thread runs the flight.
 
 /// Where one caller of a flight is in its wait.
 enum CallerPhase: Hashable, Sendable {
