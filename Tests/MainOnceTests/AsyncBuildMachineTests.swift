@@ -72,9 +72,14 @@ enum AsyncBuildModel {
           next.append(Step(world).buildEnds(succeeds: false, bringsBuild: bringsBuild))
         }
         return next.map { step in
-          Successor(
+          var violations = step.violations
+          // A caller that was answered has left: only callers still waiting are in the machine.
+          if step.world.machine.callers.contains(where: { step.world.answers[$0] != nil }) {
+            violations.append("a caller that was answered still waits for a build")
+          }
+          return Successor(
             event: step.event, state: step.world,
-            violations: step.violations.map { "\(callers) callers, \(step.event): \($0)" })
+            violations: violations.map { "\(callers) callers, \(step.event): \($0)" })
         }
       },
       phase: phase(of:),

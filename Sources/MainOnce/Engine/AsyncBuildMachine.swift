@@ -37,8 +37,9 @@
 // that never build (`AsyncMainLazy.wait()`), which go on waiting; the next caller that builds
 // starts a new one. A build goes on when its callers leave: one that succeeds is kept.
 // Safety, checked in every state: one build at a time, none after a success; at most one
-// success; no caller answered twice; "built" told only after a success; a caller that arrives
-// cancelled never joins; a waiter never starts a build nor hears of a failed one. Liveness:
+// success; no caller answered twice, nor kept once answered; "built" told only after a success;
+// a caller that arrives cancelled never joins; a waiter never starts a build nor hears of a
+// failed one. Liveness:
 // once nothing more can happen, every caller is answered, and every waiter too once a build
 // succeeded or its task was cancelled.
 
