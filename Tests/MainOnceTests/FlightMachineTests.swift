@@ -21,14 +21,35 @@ struct FlightMachineTests {
   @Test(
     "two callers of each form, and three of each of any three forms, interleaved every way",
     .serialized,
+    .enabled(if: Exploration.isFull, "minutes long: MAINONCE_FULL_EXPLORATION=1 runs it"),
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: Model.Form.largerConfigurations)
   func largerConfigurations(forms: [Model.Form]) async throws {
     // Seconds of work each: on a thread of its own, one at a time, so that it never holds up
-    // the cooperative pool that the rest of the suite runs on.
+    // the cooperative pool that the rest of the suite runs on (the smaller ones too).
     let exploration = try #require(await onThread(timeout: .seconds(600)) { Model.explore(forms) })
     #expect(exploration.violations == [])
     #expect(exploration.states > 10_000)
+  }
+
+  /// The configurations above, smaller, for every `swift test` (a few seconds): they catch every
+  /// mutation of the machine in `Scripts/mutations` that the larger ones catch.
+  @Test(
+    "one caller of each form with each kind of wait, and two of each of any three forms, interleaved every way",
+    .serialized,
+    .enabled(if: !Exploration.isFull, "MAINONCE_FULL_EXPLORATION=1 runs the larger ones instead"),
+    .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
+    arguments: [Model.Form.mainWaiting, .workerWaiting, .taskWaiting, .handlerWaiting].map {
+      Model.Form.initializing + [$0]
+    }
+      + Model.Form.initializing.map { left in
+        let forms = Model.Form.initializing.filter { $0 != left }
+        return forms + forms
+      })
+  func smallerConfigurations(forms: [Model.Form]) async throws {
+    let exploration = try #require(await onThread(timeout: .seconds(60)) { Model.explore(forms) })
+    #expect(exploration.violations == [])
+    #expect(exploration.states > 1_000)
   }
 
   @Test(

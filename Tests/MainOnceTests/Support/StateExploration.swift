@@ -1,6 +1,14 @@
+import Foundation
+
 /// What an exhaustive exploration of a state machine found: how many states it reached, the
 /// promises broken on the way, and the transitions it made, as the tables name them.
 struct Exploration: Sendable {
+  /// Whether the explorations too long for every `swift test` run at their full size
+  /// (`MAINONCE_FULL_EXPLORATION=1`, as `.ci/run` sets it in a step of its own). Without it,
+  /// smaller configurations stand in for them, chosen so that they catch every mutation of the
+  /// machines in `Scripts/mutations` that the full ones catch (`Scripts/mutations.sh` checks it).
+  static let isFull = ProcessInfo.processInfo.environment["MAINONCE_FULL_EXPLORATION"] == "1"
+
   var states = 0
   var violations: [String] = []
   var transitions = Set<Model.Transition>()
