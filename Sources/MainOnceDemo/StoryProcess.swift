@@ -30,9 +30,10 @@ enum StoryProcess {
   }
 
   /// Runs this executable with `arguments` as the child of a story, with the Swift runtime's
-  /// backtracer off, and copies its standard output and error to this process's, each up to the
-  /// runtime's report. Returns its exit status, or 128 + the signal that ended it, as a shell
-  /// reports it.
+  /// backtracer off, and copies its standard error to this process's up to the runtime's report.
+  /// The child writes its standard output here itself, so that what it prints keeps its order
+  /// (the runtime's report goes to standard error only). Returns its exit status, or 128 + the
+  /// signal that ended it, as a shell reports it.
   ///
   /// The child is started with `posix_spawn` and reaped with `waitpid`, polled against a
   /// deadline: no wait depends on Foundation noticing that a child ended (under
@@ -41,18 +42,16 @@ enum StoryProcess {
     let environment = ProcessInfo.processInfo.environment.merging(
       [childVariable: "1", "SWIFT_BACKTRACE": "enable=no"]
     ) { $1 }
-    var output: [Int32] = [0, 0]
     var error: [Int32] = [0, 0]
-    guard pipe(&output) == 0, pipe(&error) == 0 else {
+    guard pipe(&error) == 0 else {
       say("cannot make a pipe: \(String(cString: strerror(errno)))")
       return 1
     }
-    // Close-on-exec: only the ends duplicated onto 1 and 2 reach the child.
-    for end in output + error { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    // Close-on-exec: only the end duplicated onto 2 reaches the child.
+    for end in error { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_adddup2(&actions, output[1], 1)
     posix_spawn_file_actions_adddup2(&actions, error[1], 2)
     let argv = ([CommandLine.arguments[0]] + arguments).map { strdup($0) } + [nil]
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -60,11 +59,9 @@ enum StoryProcess {
     var pid = pid_t()
     // This executable, wherever it was started from.
     let started = posix_spawn(&pid, "/proc/self/exe", &actions, nil, argv, envp)
-    // The child has its own copies of the write ends; closing ours lets the copies see the end.
-    close(output[1])
+    // The child has its own copy of the write end; closing ours lets the copy see the end.
     close(error[1])
     let copied = DispatchGroup()
-    copy(output[0], to: STDOUT_FILENO, group: copied)
     copy(error[0], to: STDERR_FILENO, group: copied)
     guard started == 0 else {
       say("cannot start the story: \(String(cString: strerror(started)))")
@@ -81,7 +78,7 @@ enum StoryProcess {
       }
       usleep(10_000)
     }
-    // The child is gone, so its ends of the pipes are closed: the copies end at once.
+    // The child is gone, so its end of the pipe is closed: the copy ends at once.
     _ = copied.wait(timeout: .now() + 10)
     let signal = status & 0x7f
     return signal == 0 ? (status >> 8) & 0xff : 128 + signal
