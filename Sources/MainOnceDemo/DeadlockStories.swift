@@ -46,8 +46,11 @@ enum DeadlockStory: String, CaseIterable {
           _ = Services.stack.value
           done.signal()
         }
-        if done.wait(timeout: .now() + 2.5) == .timedOut {
-          say("the main queue gave up waiting after 2.5 s; the worker's hop can run now")
+        // The abort story is stopped two stall timeouts (2 s) in; its wait is longer, so that a
+        // busy machine that starts the worker late still sees it stopped rather than recover.
+        let patience = self == .abort ? 10 : 2.5
+        if done.wait(timeout: .now() + patience) == .timedOut {
+          say("the main queue gave up waiting after \(patience) s; the worker's hop can run now")
         }
         finishAfterStackIsBuilt()
       }
