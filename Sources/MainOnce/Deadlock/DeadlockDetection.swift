@@ -187,8 +187,8 @@ public enum DeadlockDetection {
   /// returns. Set it before MainOnce's first use: a warning given earlier has gone to standard
   /// error.
   public static var reportHandler: (@Sendable (DeadlockReport) -> Void)? {
-    get { handler.withLock { $0 } }
-    set { handler.withLock { $0 = newValue } }
+    get { DeadlockReport.handler.withLock { $0 } }
+    set { DeadlockReport.handler.withLock { $0 = newValue } }
   }
 
   /// The stall timeouts MainOnce accepts: from a millisecond (a shorter one would report every
@@ -205,6 +205,10 @@ public enum DeadlockDetection {
       return Snapshot(
         stallResponse: stalls.response, stallTimeoutNanoseconds: stalls.timeout.wholeNanoseconds)
     }
+
+    /// How long a report that stops the process waits for the report handler first: the
+    /// larger of a second and the stall timeout.
+    var handlerPatience: UInt64 { max(1_000_000_000, stallTimeoutNanoseconds) }
   }
 
   // Each setting is stored as its index in these arrays, made once: reading one allocates
@@ -216,7 +220,6 @@ public enum DeadlockDetection {
     stallResponses.firstIndex(of: Settings.stallResponse ?? .report)!)
   private static let stallTimeoutNanoseconds = Atomic<UInt64>(
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
-  private static let handler = Locked<(@Sendable (DeadlockReport) -> Void)?>(nil)
 }
 
 extension Duration {

@@ -86,7 +86,8 @@ enum Detector {
     }
     guard isProven else { return false }
     if reported.withLock({ $0.insert(found.signature).inserted }) {
-      DeadlockReport.cycle(edges, proven: true, response: response).deliver(at: wait.site)
+      DeadlockReport.cycle(edges, proven: true, response: response)
+        .deliver(at: wait.site, patience: DeadlockDetection.Snapshot.current.handlerPatience)
     }
     return true
   }

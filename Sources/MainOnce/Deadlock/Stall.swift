@@ -401,7 +401,7 @@ struct StallLook {
         + " one: it does not stop the process"
     look.report(
       finding, isStuck: isStuck, stops: settings.stallResponse == .abort && isStuck, note: note
-    ).deliver(at: look.site ?? site)
+    ).deliver(at: look.site ?? site, patience: settings.handlerPatience)
   }
 }
 
@@ -409,11 +409,4 @@ struct StallLook {
 struct StallBaseline: Equatable {
   let thread: ThreadID
   let progress: ThreadProgress
-}
-
-/// A duration for a report: milliseconds below a second, else seconds to a tenth.
-func formatDuration(_ nanoseconds: UInt64) -> String {
-  if nanoseconds < 1_000_000_000 { return "\(nanoseconds / 1_000_000) ms" }
-  let tenths = (nanoseconds + 50_000_000) / 100_000_000
-  return "\(tenths / 10).\(tenths % 10) s"
 }

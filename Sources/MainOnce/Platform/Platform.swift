@@ -60,21 +60,6 @@ enum Platform {
     getenv(name).map { String(cString: $0) }
   }
 
-  /// Writes to standard error without buffering, so a report is out before a crash.
-  static func writeToStandardError(_ text: String) {
-    var text = text
-    text.withUTF8 { bytes in
-      var offset = 0
-      while offset < bytes.count {
-        let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
-        if written < 0 && errno == EINTR { continue }
-        // Standard error is closed or full: there is nowhere else to say anything.
-        if written <= 0 { return }
-        offset += written
-      }
-    }
-  }
-
   /// Runs `body` on libdispatch's overcommit global queue, after `delay` nanoseconds: on a
   /// thread of its own if every worker is busy or blocked, so that a body that blocks delays no
   /// other, and a timer fires even when the thread pool is exhausted.

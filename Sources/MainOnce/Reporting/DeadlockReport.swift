@@ -1,11 +1,11 @@
 // Reporting: what MainOnce says. This room owns the one type every finding and warning of
-// MainOnce's takes on its way to the report handler or to standard error, and its delivery (this
-// file); the crash messages for misuse (`Diagnostics.swift`); and the names those use for a call
-// site (`CallSite.swift`) and for a cell (`CellLabel.swift`). The deadlock detector makes the
-// findings (`Deadlock/DeadlockReport+Findings.swift`); settings, queue introspection and
-// `MainQueueDriver` make warnings. It calls `Platform/` (standard error, a queue to deliver on)
-// and reads `DeadlockDetection`'s report handler.
-internal import Dispatch
+// MainOnce's takes on its way to the report handler or to standard error, and how reports write
+// a duration (this file); the crash messages for misuse (`Diagnostics.swift`); and the names
+// those use for a call site (`CallSite.swift`) and for a cell (`CellLabel.swift`). It calls no
+// other room: every room may say something. Where a report goes (the handler, standard error, a
+// stop) is `Platform/ReportDelivery.swift`'s; the deadlock detector makes the findings
+// (`Deadlock/DeadlockReport+Findings.swift`); settings, queue introspection and
+// `MainQueueDriver` make warnings.
 
 /// A finding of MainOnce's deadlock detector, or a warning of MainOnce's, as delivered to a
 /// report handler or to standard error.
@@ -125,40 +125,11 @@ extension DeadlockReport {
   static func warning(_ text: String) -> DeadlockReport {
     DeadlockReport(kind: .warning, text: text)
   }
+}
 
-  /// Hands the report to the report handler, or writes it to standard error, and stops the
-  /// process if it says so, attributing the stop to `site`, which also becomes the report's
-  /// ``callSite`` unless it names one.
-  ///
-  /// Each report goes to the handler on a libdispatch overcommit queue of its own, outside every
-  /// lock of MainOnce's: the caller never waits for it, so a handler that needs the main queue
-  /// (say, to build a logger) blocks nobody, and a handler stuck on one report delays only that
-  /// report. Before a stop, the caller waits for the handler up to the larger of a second and
-  /// the stall timeout, then stops anyway.
-  ///
-  /// A report that stops the process is the `fatalError` message itself, so that it reaches
-  /// whatever records the message of a crash, and its first line is the report's first line.
-  func deliver(at site: CallSite?) {
-    var report = self
-    if report.callSite == nil, let site {
-      report.callSite = SourceLocation(fileID: "\(site.file)", line: site.line)
-    }
-    guard let handler = DeadlockDetection.reportHandler else {
-      if stopsProcess { Diagnostics.fail(text, at: site) }
-      return Platform.writeToStandardError(text + "\n")
-    }
-    let handled = DispatchSemaphore(value: 0)
-    Platform.runOnOvercommitQueue { [report] in
-      handler(report)
-      handled.signal()
-    }
-    guard stopsProcess else { return }
-    let bound = max(1_000_000_000, DeadlockDetection.Snapshot.current.stallTimeoutNanoseconds)
-    if handled.wait(timeout: .now() + .nanoseconds(Int(clamping: bound))) == .timedOut {
-      Platform.writeToStandardError(
-        "MainOnce: the report handler has not returned within \(formatDuration(bound));"
-          + " stopping without it\n")
-    }
-    Diagnostics.fail(text, at: site)
-  }
+/// A duration for a report: milliseconds below a second, else seconds to a tenth.
+func formatDuration(_ nanoseconds: UInt64) -> String {
+  if nanoseconds < 1_000_000_000 { return "\(nanoseconds / 1_000_000) ms" }
+  let tenths = (nanoseconds + 50_000_000) / 100_000_000
+  return "\(tenths / 10).\(tenths % 10) s"
 }
