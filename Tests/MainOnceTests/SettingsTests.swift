@@ -120,6 +120,13 @@ struct SettingsTests {
       ])
     #expect(
       DeadlockDetection.StallPolicy.Response.allCases.map(\.rawValue) == ["report", "abort", "off"])
+    // Settings reads them as words, which the detector turns into its policies.
+    #expect(Settings.cyclePolicies == DeadlockDetection.CyclePolicy.allCases.map(\.rawValue))
+    #expect(
+      Settings.stallResponses == DeadlockDetection.StallPolicy.Response.allCases.map(\.rawValue))
+    #expect(Settings.word("Service", among: Settings.cyclePolicies) == "service")
+    #expect(Settings.word("no", among: Settings.stallResponses) == "off")
+    #expect(Settings.word("stop", among: Settings.cyclePolicies) == nil)
   }
 
   @Test("in this process the layout self-test passes and main context is exact")

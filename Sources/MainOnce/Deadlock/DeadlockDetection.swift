@@ -141,7 +141,7 @@ public enum DeadlockDetection {
     }
 
     private init(_ response: Response, _ timeout: Duration, at site: CallSite) {
-      guard DeadlockDetection.validStallTimeouts.contains(timeout) else {
+      guard Settings.validStallTimeouts.contains(timeout) else {
         Diagnostics.fail(
           "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
             + " would report every hop",
@@ -191,10 +191,6 @@ public enum DeadlockDetection {
     set { DeadlockReport.handler.withLock { $0 = newValue } }
   }
 
-  /// The stall timeouts MainOnce accepts: from a millisecond (a shorter one would report every
-  /// hop) to a day.
-  static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
-
   /// The stall settings in force, read with relaxed loads once per look.
   struct Snapshot {
     let stallResponse: StallPolicy.Response
@@ -215,9 +211,11 @@ public enum DeadlockDetection {
   // nothing.
   private static let cyclePolicies = CyclePolicy.allCases
   private static let stallResponses = StallPolicy.Response.allCases
-  private static let cycleCode = Atomic(cyclePolicies.firstIndex(of: Settings.cycles ?? .abort)!)
+  private static let cycleCode = Atomic(
+    cyclePolicies.firstIndex(of: Settings.cycles.flatMap(CyclePolicy.init) ?? .abort)!)
   private static let stallCode = Atomic(
-    stallResponses.firstIndex(of: Settings.stallResponse ?? .report)!)
+    stallResponses.firstIndex(
+      of: Settings.stallResponse.flatMap(StallPolicy.Response.init) ?? .report)!)
   private static let stallTimeoutNanoseconds = Atomic<UInt64>(
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
 }

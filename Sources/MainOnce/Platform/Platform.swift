@@ -1,9 +1,10 @@
 // Platform facts: what the rest of MainOnce asks the system and libdispatch. This room owns
-// thread ids, the clock and the environment (this file), MainOnce's environment variables
-// (`Settings.swift`), locks (`Lock.swift`) and who holds the main queue, read from libdispatch's
-// lock word (`QueueOwnership.swift`), with the C shim `_CMainOnceShims` under them. It calls
-// no other room but `Reporting/`, for warnings and crash messages (and `Settings.swift` parses
-// `Deadlock/`'s response type).
+// thread ids, the clock, the environment and a queue to run work on (this file), MainOnce's
+// environment variables (`Settings.swift`), locks (`Lock.swift`), who holds the main queue, read
+// from libdispatch's lock word (`QueueOwnership.swift`), and where a report goes
+// (`ReportDelivery.swift`), with the C shim `_CMainOnceShims` under them. It calls no other room
+// but `Reporting/`, for warnings and crash messages; the settings of the deadlock detector it
+// reads as words, which `Deadlock/` turns into its policies.
 internal import _CMainOnceShims
 
 #if canImport(Glibc)

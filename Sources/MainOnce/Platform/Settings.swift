@@ -15,26 +15,32 @@ enum Settings {
   static let readsProc: Bool =
     read("MAINONCE_PROC", expecting: "on or off") { switchValue($0) } ?? true
 
-  /// `MAINONCE_DEADLOCK=abort|report|service|off`: what to do with deadlocks.
-  static let cycles: DeadlockDetection.CyclePolicy? = read(
+  /// `MAINONCE_DEADLOCK=abort|report|service|off`: what to do with deadlocks, one of
+  /// ``cyclePolicies``.
+  static let cycles: String? = read(
     "MAINONCE_DEADLOCK", expecting: "abort, report, service or off"
-  ) { value in
-    switchValue(value) == false ? .off : .init(rawValue: value.lowercased())
-  }
+  ) { word($0, among: cyclePolicies) }
 
-  /// `MAINONCE_STALL=report|abort|off`: what to do with stalls.
-  static let stallResponse: DeadlockDetection.StallPolicy.Response? = read(
+  /// `MAINONCE_STALL=report|abort|off`: what to do with stalls, one of ``stallResponses``.
+  static let stallResponse: String? = read(
     "MAINONCE_STALL", expecting: "report, abort or off"
-  ) { value in
-    switchValue(value) == false ? .off : .init(rawValue: value.lowercased())
-  }
+  ) { word($0, among: stallResponses) }
+
+  /// The raw values of `DeadlockDetection.CyclePolicy` and of its stall policy's `Response`: the
+  /// deadlock detector reads the two settings above as those.
+  static let cyclePolicies = ["abort", "report", "service", "off"]
+  static let stallResponses = ["report", "abort", "off"]
 
   /// `MAINONCE_STALL_TIMEOUT=<seconds>`: the stall timeout.
   static let stallTimeout: Duration? = read(
     "MAINONCE_STALL_TIMEOUT", expecting: "a decimal number of seconds from 0.001 to 86400"
   ) { value in
-    seconds(value).flatMap { DeadlockDetection.validStallTimeouts.contains($0) ? $0 : nil }
+    seconds(value).flatMap { validStallTimeouts.contains($0) ? $0 : nil }
   }
+
+  /// The stall timeouts MainOnce accepts: from a millisecond (a shorter one would report every
+  /// hop) to a day.
+  static let validStallTimeouts: ClosedRange<Duration> = .milliseconds(1) ... .seconds(86_400)
 
   /// Reads `name`; warns and returns `nil` if `parse` does not understand its value.
   private static func read<Value>(
@@ -48,6 +54,12 @@ enum Settings {
       return nil
     }
     return parsed
+  }
+
+  /// The word of `words` that `value` spells, in any case, `off` also for any switch value
+  /// meaning off; `nil` for anything else.
+  static func word(_ value: String, among words: [String]) -> String? {
+    switchValue(value) == false ? "off" : words.first { $0 == value.lowercased() }
   }
 
   /// `true` for on, `false` for off, `nil` for anything else.
