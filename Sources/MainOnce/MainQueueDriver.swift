@@ -77,15 +77,9 @@ public enum MainQueueDriver {
     // (EAGAIN); and a read interrupted by a signal (EINTR) leaves the descriptor readable, so
     // the loop only comes back here once more.
     _ = read(descriptor, &count, MemoryLayout<UInt64>.size)
-    drains.add(1, ordering: .relaxed)
+    QueueOwnership.driverDrains.add(1, ordering: .relaxed)
     mainonce_main_queue_drain()
   }
-
-  /// Whether a program has drained the main queue through the driver: then its loop serves
-  /// the main queue, as a running `RunLoop.main` does.
-  static var isInUse: Bool { drains.load(ordering: .relaxed) > 0 }
-
-  private static let drains = Atomic(0)
 
   /// A duplicate of libdispatch's descriptor, close-on-exec: libdispatch closes its own when
   /// `dispatchMain()` unbinds the main queue, and the number could then name another file.

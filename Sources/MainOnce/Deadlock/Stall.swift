@@ -188,7 +188,7 @@ struct Look {
     let loop: MainLoop? =
       !isMainThread
       ? nil
-      : MainRunLoop.isRunning ? .runLoop : MainQueueDriver.isInUse ? .driver : nil
+      : MainRunLoop.isRunning ? .runLoop : QueueOwnership.isServedByDriver ? .driver : nil
     let name =
       !isMainThread
       ? "\(owner)"

@@ -126,6 +126,12 @@ enum QueueOwnership {
     isAvailable ? mainonce_main_queue_is_thread_bound() : true
   }
 
+  /// Whether a program has drained the main queue through `MainQueueDriver`: then its loop
+  /// serves the main queue, as a running `RunLoop.main` does. Set by the driver, asked by stall
+  /// reports.
+  static var isServedByDriver: Bool { driverDrains.load(ordering: .relaxed) > 0 }
+  static let driverDrains = Atomic(0)
+
   /// The owner of the main queue.
   static func ownerOfMainQueue() -> Owner {
     guard isAvailable, let main = mainonce_main_queue() else { return .unknown }
