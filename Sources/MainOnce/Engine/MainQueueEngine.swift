@@ -21,7 +21,7 @@ internal import _CMainOnceShims
 /// A blocking first call, from `onceOnMain(token:)` to its return, goes through
 /// `OnceOnMain.swift` (the call), `MainOnceToken.swift` (the token), `Engine/OnceCell.swift`
 /// (the word), `Engine/Flight.swift` (the flight and its callers), `Engine/FlightMachine.swift`
-/// (the decisions), this file (performing them), `MainContext.swift` and
+/// (the decisions), this file (performing them), `Engine/MainContext.swift` and
 /// `Platform/QueueOwnership.swift` (whether the caller holds the main queue) and
 /// `Engine/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
 /// worker under `dispatchMain()`, first use in the process included, counts 17 files and 621
