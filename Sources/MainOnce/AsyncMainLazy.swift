@@ -197,6 +197,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// builds joins a build that has not started yet (a subject for its stall report), which the
   /// first caller that builds starts.
   private func join(at site: CallSite, bringsBuild: Bool) async throws -> Value {
+    _ = detectorIsInstalled
     let caller = AsyncBuild.Caller(
       insideBuild: AsyncBuild.Marker.current?.build, site: site, bringsBuild: bringsBuild)
     let outcome = await withTaskCancellationHandler {
@@ -476,11 +477,13 @@ final class AsyncBuild: @unchecked Sendable {
       defer { reportedSince = nil }
       return reportedSince
     }
-    if let since { Detector.subjectEnded(self, finished: finished, waitingSince: since) }
+    if let since {
+      MainQueueEngine.observer?.reportedWaitEnded(self, finished: finished, waitingSince: since)
+    }
   }
 }
 
-extension AsyncBuild: StallSubject {
+extension AsyncBuild: TimedSubject {
   func stallSnapshot() -> StallSnapshot? {
     Self.lock.withLock {
       guard !isOver else { return nil }

@@ -198,8 +198,11 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     }
   }
 
+  /// The value's cell. Every call that reaches the engine for a lazy value gets its cell here,
+  /// so the deadlock detector is installed first.
   var cell: OnceCell {
-    OnceCell(
+    _ = detectorIsInstalled
+    return OnceCell(
       word: _storage.address,
       label: .lazy(valueType: TypeName(Value.self), declaration: declaration))
   }

@@ -75,8 +75,10 @@ public struct MainOnceToken: ~Copyable, Sendable {
     _word.isDone
   }
 
-  /// The token's cell, to use only while the token is borrowed.
+  /// The token's cell, to use only while the token is borrowed. Every call that reaches the
+  /// engine for a token gets its cell here, so the deadlock detector is installed first.
   var cell: OnceCell {
-    OnceCell(word: _word.address, label: .token(name: name, declaration: declaration))
+    _ = detectorIsInstalled
+    return OnceCell(word: _word.address, label: .token(name: name, declaration: declaration))
   }
 }

@@ -60,6 +60,7 @@ public func onceOnMain<Failure: Error>(
     MainQueueObjectCell(object: $0, key: $1)
   }
   if cell.word.isPublished { return }
+  _ = detectorIsInstalled
   let label = CellLabel.object(
     objectType: TypeName(type(of: object)), site: cell.site, operation: "onceOnMain(for:)")
   // `cell` is a class instance this call holds: its word stays in place until it returns.
@@ -112,5 +113,6 @@ public func runOnce<Failure: Error>(
   let cell = ObjectCells.cell(for: object, at: site, operation: "runOnce(for:)") {
     RunOnceCell(object: $0, key: $1)
   }
+  _ = detectorIsInstalled
   try cell.run(site: site, body)
 }

@@ -2,14 +2,16 @@ internal import Dispatch
 internal import Synchronization
 
 /// The deadlock detector: it runs only for a wait that has outlived its grace, on that wait's
-/// own thread, or on a libdispatch timer for callers that do not block. It has no thread of its
+/// own thread, or on the engine's timer for callers that do not block. It has no thread of its
 /// own, and keeps no state but what each watched wait keeps on its stack and the list of
 /// deadlocks it has reported.
 ///
-/// The engine reaches it at two points: ``watch(_:park:)``, by a blocked caller whose wait
-/// outlived `WaitBoard.grace`, and ``subjectEnded(_:finished:)``, when a subject it reported ends
-/// (``watchStall(of:)`` is the first point for callers that do not block). It reads the waits
-/// threads block in from the `WaitBoard`, and each wait's state through `BlockingWait`.
+/// It is the engine's observer (`WaitObserver`, installed by the API's first slow path), told
+/// of a blocked wait that outlived `WaitBoard.grace`
+/// (``waitOutlivedGrace(_:since:park:)``, also called by a tracked wait), of callers that do
+/// not block that outlived it (``callersOutlivedGrace(of:)``), and of the end of a stall it
+/// reported (``reportedWaitEnded(_:finished:waitingSince:)``). It reads the waits threads block
+/// in from the `WaitBoard`, and each wait's state through `BlockingWait`.
 ///
 /// A watched wait looks for a deadlock through it (``WaitGraph``) at once, then again after a
 /// ``slice`` while it has a suspect, and otherwise less and less often, up to every
@@ -24,7 +26,7 @@ internal import Synchronization
 /// Independently, once the wait has lasted the stall timeout, its subject is reported once;
 /// under the stall response `abort`, a look a timeout later stops the process if the thread in
 /// the way has not run at all in between (``StallLook``).
-enum Detector {
+enum Detector: WaitObserver {
   /// How long a watched wait sleeps between two checks; a semaphore or group wait's slice.
   static let slice: UInt64 = 25_000_000
   /// The longest interval between two looks at the wait-for graph by a wait with no suspect.
@@ -32,7 +34,7 @@ enum Detector {
 
   /// Watches `wait`, blocked on the calling thread since `since`, until `park` returns `true`:
   /// `park` waits until the deadline it is given, and says whether the wait has ended.
-  static func watch(
+  static func waitOutlivedGrace(
     _ wait: any BlockingWait, since: UInt64 = Platform.monotonicNanoseconds() &- WaitBoard.grace,
     park: (DispatchTime) -> Bool
   ) {
@@ -96,10 +98,11 @@ enum Detector {
   /// reported once.
   private static let reported = Locked<Set<[UInt]>>([])
 
-  /// Watches the stall of `subject`, whose callers do not block (tasks, completion handlers),
-  /// from a libdispatch timer, once a slice, for as long as it has callers.
-  static func watchStall(of subject: any StallSubject) {
-    TimerWatch(subject: subject).next()
+  /// Watches the stall of `subject`, whose callers do not block (tasks, completion handlers), at
+  /// each look of the engine's timer, for as long as it has callers.
+  static func callersOutlivedGrace(of subject: any StallSubject) -> @Sendable () -> Void {
+    let watch = TimerWatch(subject: subject)
+    return { watch.look() }
   }
 
   /// Looks once for a deadlock through `wait`, whose thread is about to block where it cannot
@@ -112,16 +115,18 @@ enum Detector {
   }
 
   /// A subject that was reported has ended: it finished, or no caller waits for it any more.
-  static func subjectEnded(_ subject: any StallSubject, finished: Bool, waitingSince: UInt64) {
+  static func reportedWaitEnded(
+    _ subject: any StallSubject, finished: Bool, waitingSince: UInt64
+  ) {
     DeadlockReport.stallEnded(of: subject.label, finished: finished, waitingSince: waitingSince)
       .deliver(at: nil)
   }
 }
 
-/// The stall of a subject whose callers do not block, looked at from a libdispatch timer.
+/// The stall of a subject whose callers do not block, looked at by the engine's timer.
 private final class TimerWatch: @unchecked Sendable {
-  // This is safe because `stall` is only used by the timer's blocks, each of which schedules
-  // the next as its last step: one runs at a time, each after the one before.
+  // This is safe because `stall` is only used by `look()`, which the subject's timer calls at
+  // its looks, one at a time, each after the one before.
   let subject: any StallSubject
   var stall = StallLook()
 
@@ -131,13 +136,7 @@ private final class TimerWatch: @unchecked Sendable {
   /// fired.
   let since = Platform.monotonicNanoseconds() &- WaitBoard.grace
 
-  func next() {
-    Platform.runOnOvercommitQueue(afterNanoseconds: 4 * Detector.slice) {
-      guard self.subject.timerLook().map({ !$0.callers.isEmpty }) == true else { return }
-      self.stall.look(
-        at: self.subject, site: nil, waitingSince: self.since,
-        now: Platform.monotonicNanoseconds())
-      self.next()
-    }
+  func look() {
+    stall.look(at: subject, site: nil, waitingSince: since, now: Platform.monotonicNanoseconds())
   }
 }

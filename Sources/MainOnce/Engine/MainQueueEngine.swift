@@ -234,7 +234,7 @@ enum MainQueueEngine {
         return flight.endOfReportedStall(holding: held).map { (flight, $0) }
       }
       if let (flight, since) = ended {
-        Detector.subjectEnded(flight, finished: false, waitingSince: since)
+        observer?.reportedWaitEnded(flight, finished: false, waitingSince: since)
       }
       wakes.deliver()
     }
@@ -281,7 +281,7 @@ enum MainQueueEngine {
 
   /// Parks the calling thread until `wait`, a once-cell caller's, is resolved (its one
   /// unpark): published on the `WaitBoard`, for `WaitBoard.grace` first, then watched by the
-  /// deadlock detector.
+  /// observer, if one is installed.
   ///
   /// A wait that parks again and again (one that serves the main queue) passes when it began,
   /// `since`, and the end of its grace: its grace and its stall are counted from then.
@@ -292,13 +292,43 @@ enum MainQueueEngine {
     Instrumentation.noteParked()
     let previous = WaitBoard.publish(wait, on: thread)
     if !parking.park(until: since?.graceEnd ?? .now() + .nanoseconds(Int(WaitBoard.grace))) {
-      Detector.watch(
-        wait, since: since?.nanoseconds ?? Platform.monotonicNanoseconds() &- WaitBoard.grace
-      ) { parking.park(until: $0) }
+      if let observer {
+        observer.waitOutlivedGrace(
+          wait, since: since?.nanoseconds ?? Platform.monotonicNanoseconds() &- WaitBoard.grace
+        ) { parking.park(until: $0) }
+      } else {
+        _ = parking.park(until: nil)
+      }
     }
     WaitBoard.withdraw(previous, on: thread)
     Instrumentation.noteWoke()
   }
+
+  // MARK: - The observer
+
+  /// Whom the engine tells about a wait that outlived its grace, and about the end of a stall
+  /// it reported (see `WaitObserver`): `nil` until installed, once, by the API's first slow path
+  /// (`DetectorInstallation.swift`), before any wait of the engine's can outlive its grace. Read
+  /// only then, with an acquiring load.
+  static var observer: (any WaitObserver.Type)? {
+    isObserved.load(ordering: .acquiring) ? installedObserver : nil
+  }
+
+  /// Installs `observer`. Once per process: only a global's initializer calls it.
+  static func install(observer: any WaitObserver.Type) {
+    installedObserver = observer
+    isObserved.store(true, ordering: .releasing)
+  }
+
+  // This is safe because it is written once, by `install(observer:)`, before the releasing
+  // store that sets `isObserved`, and read only after an acquiring load of `isObserved` finds
+  // it set.
+  nonisolated(unsafe) private static var installedObserver: (any WaitObserver.Type)?
+  private static let isObserved = Atomic(false)
+
+  /// How often the timer of a subject's callers that do not block looks at it, after its first
+  /// look a grace after it started (`TimedSubject.startStallTimer()`).
+  static let timerInterval: UInt64 = 100_000_000
 
   // MARK: - Running the queue in main context
 
@@ -403,7 +433,7 @@ enum MainQueueEngine {
     }
     // The word that a reported stall ended comes before any caller can go on.
     if let ended {
-      Detector.subjectEnded(flight, finished: ended.finished, waitingSince: ended.since)
+      observer?.reportedWaitEnded(flight, finished: ended.finished, waitingSince: ended.since)
     }
     wakes.deliver()
     return next

@@ -223,7 +223,7 @@ private func watchedWait(
   defer { scope.end() }
   let record = scope.record.takeUnretainedValue()
   var result = DispatchTimeoutResult.timedOut
-  Detector.watch(record) { sliceEnd in
+  Detector.waitOutlivedGrace(record) { sliceEnd in
     let end = deadline.map { min($0, sliceEnd) } ?? sliceEnd
     let number = record.startedSlices.load(ordering: .relaxed) &+ 1
     record.startedSlices.store(number, ordering: .sequentiallyConsistent)

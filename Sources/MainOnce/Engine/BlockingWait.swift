@@ -1,7 +1,13 @@
-/// A wait as the deadlock detector sees it: published by its thread on the `WaitBoard` while
-/// it blocks, and read by the detector through ``blockers()``, its one query of the state
-/// behind the wait. The engine (once-cell callers) and the tracked waits implement it; the
-/// detector never looks past this protocol.
+// The read-only view of a wait that the engine offers whoever watches waits (the deadlock
+// detector): what a blocked thread waits for (`BlockingWait`), and what the callers of an
+// initializer wait for (`StallSubject`). The engine's own waits implement it
+// (`Flight+Watching.swift`), and so do those of the rooms above it that publish waits on the
+// `WaitBoard` (a `runOnce(for:)` caller, the tracked waits).
+
+/// A wait as a watcher sees it: published by its thread on the `WaitBoard` while it blocks, and
+/// read through ``blockers()``, its one query of the state behind the wait. Once-cell callers,
+/// `runOnce(for:)` callers and the tracked waits implement it; the deadlock detector never
+/// looks past this protocol.
 protocol BlockingWait: AnyObject, Sendable {
   /// The waiting thread.
   var thread: ThreadID { get }
@@ -68,11 +74,10 @@ protocol StallSubject: AnyObject, Sendable {
   var label: CellLabel { get }
   /// Who waits and what is in the way; `nil` once it has finished.
   func stallSnapshot() -> StallSnapshot?
-  /// ``stallSnapshot()`` at a look of the stall timer of callers that do not block, which
-  /// stops once it finds no caller: the subject may keep its bookkeeping there.
-  func timerLook() -> StallSnapshot?
   /// Claims the subject's one stall report, about callers waiting since `waitingSince`: `true`
-  /// for the first to ask, while the subject has not finished.
+  /// for the first to ask, while the subject has not finished. The subject then tells the
+  /// observer when that stall ends (``WaitObserver/reportedWaitEnded(_:finished:waitingSince:)``),
+  /// once, before any of its callers goes on.
   func claimStallReport(waitingSince: UInt64) -> Bool
 }
 

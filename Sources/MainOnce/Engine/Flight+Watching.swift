@@ -1,21 +1,43 @@
 internal import Synchronization
 
-// What the deadlock detector may ask of a main-queue flight and of its blocked callers: its one
-// query (`blockers()`) and what a report says, each answered under the cell's lock.
+// What the engine shows whoever watches its waits (`WaitObserver.swift`): a main-queue flight as
+// a stall subject, and its blocked callers as blocking waits, with their one query
+// (`blockers()`) and what a report says, each answered under the cell's lock; and the engine's
+// timer for callers that do not block, which keeps a flight's bookkeeping and tells the
+// observer about callers that outlived their grace.
 
-extension StallSubject {
+/// A subject whose callers that do not block the engine's timer watches: a main-queue flight,
+/// an `AsyncMainLazy` build.
+protocol TimedSubject: StallSubject {
+  /// ``StallSubject/stallSnapshot()`` at a look of the subject's timer, where the subject keeps
+  /// its bookkeeping. The timer stops at the first look that finds no caller.
+  func timerLook() -> StallSnapshot?
+}
+
+extension TimedSubject {
   /// Starts the timer that watches the subject for its callers that do not block (tasks,
-  /// completion handlers): after `WaitBoard.grace`, the deadlock detector watches it if any of
-  /// its callers still waits. The first such caller starts it.
+  /// completion handlers); the first such caller starts it. It looks at the subject
+  /// (``timerLook()``) a grace (`WaitBoard.grace`) later, then every
+  /// `MainQueueEngine.timerInterval`, until a look finds no caller: at its first look that finds
+  /// some, it tells the observer that they outlived their grace, and at each later one it calls
+  /// what the observer returned.
   func startStallTimer() {
     Instrumentation.noteSubject(self)
-    Platform.runOnOvercommitQueue(afterNanoseconds: WaitBoard.grace) {
-      if self.timerLook().map({ !$0.callers.isEmpty }) == true { Detector.watchStall(of: self) }
+    timerFires(after: WaitBoard.grace, then: nil)
+  }
+
+  private func timerFires(after delay: UInt64, then look: (@Sendable () -> Void)?) {
+    Platform.runOnOvercommitQueue(afterNanoseconds: delay) {
+      guard self.timerLook().map({ !$0.callers.isEmpty }) == true else { return }
+      if let look { look() }
+      let next =
+        look ?? MainQueueEngine.observer?.callersOutlivedGrace(of: self) ?? { @Sendable in }
+      self.timerFires(after: MainQueueEngine.timerInterval, then: next)
     }
   }
 }
 
-extension Flight: StallSubject {
+extension Flight: TimedSubject {
   func stallSnapshot() -> StallSnapshot? {
     OnceCell.withLock { snapshot(holding: $0) }
   }
@@ -38,7 +60,9 @@ extension Flight: StallSubject {
     }
     // After the lock: their handlers may run any deinit.
     stranded.removeAll()
-    if let ended { Detector.subjectEnded(self, finished: false, waitingSince: ended) }
+    if let ended {
+      MainQueueEngine.observer?.reportedWaitEnded(self, finished: false, waitingSince: ended)
+    }
     return found
   }
 
