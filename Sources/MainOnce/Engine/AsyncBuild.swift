@@ -1,0 +1,186 @@
+// The state of an `AsyncMainLazy` while a build is in flight, and its lock: what the table of
+// `AsyncBuildMachine.swift` decides is kept here, under `AsyncBuild.lock`, and performed by
+// `AsyncMainLazy.swift`. A build is a stall subject of the engine's: the engine's timer watches
+// its callers (`Flight+Watching.swift`), and the observer hears of the end of a stall it reported.
+
+/// One build of an ``AsyncMainLazy``, and the callers waiting for it.
+final class AsyncBuild: @unchecked Sendable {
+  // This is safe because `hasStarted`, `startedAt`, `isOver`, `reportedSince`, `isTimed` and
+  // `task` are only read and written under `lock`.
+
+  /// Guards every build and every lazy value's current build. One lock for all: it is taken only
+  /// on the slow path, for a few instructions at a time.
+  static let lock = Lock(rank: .asyncBuild)
+
+  /// A lazy value's state machine (the table of `AsyncBuildMachine.swift`), and its build in
+  /// flight, if any; guarded by ``lock``.
+  final class Slot: @unchecked Sendable {
+    // This is safe because `machine` and `build` are only read and written under
+    // `AsyncBuild.lock`.
+    var machine = AsyncBuildMachine<Caller>()
+    var build: AsyncBuild?
+  }
+
+  /// How a caller's wait ended.
+  enum Outcome {
+    case built
+    case failed(any Error)
+    case cancelled
+  }
+
+  /// Identifies one build; task-local inside it, and so in every task started inside it. Holds
+  /// its build weakly: a `Task { }` started inside the build keeps the marker, and may outlive
+  /// the build.
+  final class Marker: @unchecked Sendable {
+    // This is safe because `build` is written once, by the build's initializer, before the
+    // marker is bound to any task, and only read afterwards.
+    @TaskLocal static var current: Marker?
+    weak var build: AsyncBuild?
+  }
+
+  /// The task executor a build prefers for its task: child tasks (`async let`, task groups)
+  /// inherit the preference, a `Task { }` does not, and a `Task(executorPreference:)` or
+  /// `withTaskExecutorPreference` names another executor. Its identity therefore says "part of
+  /// this build that it waits for", without guessing from an executor other code may prefer
+  /// too. Runs every job on the global concurrent executor, as a task without a preference runs.
+  final class Executor: TaskExecutor {
+    func enqueue(_ job: consuming ExecutorJob) {
+      globalConcurrentExecutor.enqueue(job)
+    }
+  }
+
+  /// A caller waiting for a build.
+  final class Caller: @unchecked Sendable {
+    // This is safe because the variables are only read and written under `AsyncBuild.lock`, but
+    // the continuation, which is resumed once, after the caller was taken out of the build under
+    // the lock.
+    let since = Platform.monotonicNanoseconds()
+    /// Where the caller awaits, and whether it brought a build (`false`: a wait that never
+    /// builds).
+    let site: CallSite
+    let bringsBuild: Bool
+    /// The build the caller's task was started inside, if any.
+    let insideBuild: AsyncBuild?
+    /// Whether the caller's task prefers `insideBuild`'s executor, which only the build's task
+    /// and the child tasks it must wait for do (see ``Executor``).
+    let prefersBuildExecutor: Bool
+    var continuation: UnsafeContinuation<Outcome, Never>?
+    var isCancelled = false
+
+    init(insideBuild: AsyncBuild?, site: CallSite, bringsBuild: Bool) {
+      self.site = site
+      self.bringsBuild = bringsBuild
+      self.insideBuild = insideBuild
+      prefersBuildExecutor =
+        insideBuild.map { build in
+          withUnsafeCurrentTask {
+            $0?.unownedTaskExecutor == build.executor.asUnownedTaskExecutor()
+          }
+        } ?? false
+    }
+
+    /// Whether the caller is part of `build` that the build must wait for: the build's own task
+    /// (whatever executor it prefers now), or a child task of it. Such a caller can never be
+    /// answered. Called under the lock.
+    func awaitsItsOwnBuild(_ build: AsyncBuild) -> Bool {
+      guard insideBuild === build else { return false }
+      return prefersBuildExecutor || build.isCurrentTask()
+    }
+
+    /// Whether the caller's task was started inside `build`, but is not known to be part of it:
+    /// a `Task { }`, or a child task that prefers an executor of its own. Called under the lock.
+    func wasStartedInside(_ build: AsyncBuild) -> Bool {
+      insideBuild === build && !prefersBuildExecutor
+    }
+  }
+
+  let label: CellLabel
+  let marker = Marker()
+  let executor = Executor()
+  /// The build's own task while it runs; guarded by ``lock``. Compared with the current task
+  /// only, while the build is not over: the task is alive until it ends the build.
+  var task: UnsafeCurrentTask?
+  /// When the build reached the main actor; guarded by ``lock``.
+  var startedAt: UInt64 = 0
+  /// The lazy value's state, whose callers wait for this build until it is over.
+  let slot: Slot
+  /// Set once the build runs on the main actor; until then it waits for the main queue, or,
+  /// while only waits that never build wait, for a caller that builds.
+  var hasStarted = false
+  var isOver = false
+  /// When the oldest caller had begun to wait, once a stall report about the build was
+  /// delivered.
+  var reportedSince: UInt64?
+  /// Set while a timer watches the build for its callers.
+  var isTimed = false
+
+  init(label: CellLabel, slot: Slot) {
+    self.label = label
+    self.slot = slot
+    marker.build = self
+  }
+
+  /// The callers waiting for this build: none once it is over. Under ``lock``.
+  var callers: [Caller] { isOver ? [] : slot.machine.callers }
+
+  /// Records the calling task as the build's own task. Called first thing in that task.
+  func noteBuildTask() {
+    withUnsafeCurrentTask { task in Self.lock.withLock { self.task = task } }
+  }
+
+  /// Whether the calling task is the build's own task. Called under ``lock``.
+  func isCurrentTask() -> Bool {
+    guard let task else { return false }
+    return withUnsafeCurrentTask { $0 == task }
+  }
+
+  /// Reports the end of a reported stall, once, when the build is over (`finished`) or nobody
+  /// waits for it any more.
+  func reportEndIfReported(finished: Bool) {
+    let since = Self.lock.withLock { () -> UInt64? in
+      guard finished || callers.isEmpty else { return nil }
+      defer { reportedSince = nil }
+      return reportedSince
+    }
+    if let since {
+      MainQueueEngine.observer?.reportedWaitEnded(self, finished: finished, waitingSince: since)
+    }
+  }
+}
+
+extension AsyncBuild: TimedSubject {
+  func stallSnapshot() -> StallSnapshot? {
+    Self.lock.withLock {
+      guard !isOver else { return nil }
+      var snapshot = StallSnapshot(
+        callers: callers.map {
+          .init(
+            kind: .task, thread: nil, site: $0.site, since: $0.since, bringsAttempt: $0.bringsBuild)
+        },
+        obstacle: hasStarted
+          ? .builder(since: startedAt) : slot.machine.isBuilding ? .mainQueue : .noAttempt)
+      let startedInside = callers.filter { $0.wasStartedInside(self) }.map { "\($0.site)" }
+      if !startedInside.isEmpty {
+        let one = startedInside.count == 1
+        snapshot.notes.append(
+          "the task\(one ? "" : "s") awaiting at \(startedInside.joined(separator: ", "))"
+            + " \(one ? "was" : "were") started inside the build with Task { }, or as"
+            + " \(one ? "a child task" : "child tasks") with an executor preference of"
+            + " \(one ? "its" : "their") own (addTask(executorPreference:),"
+            + " withTaskExecutorPreference): if the builder waits for \(one ? "it" : "one of them"),"
+            + " it can never finish")
+      }
+      return snapshot
+    }
+  }
+
+  func timerLook() -> StallSnapshot? { stallSnapshot() }
+
+  func claimStallReport(waitingSince: UInt64) -> Bool {
+    Self.lock.withLock {
+      guard reportedSince == nil, !isOver else { return false }
+      reportedSince = waitingSince
+      return true
+    }
+  }
+}
