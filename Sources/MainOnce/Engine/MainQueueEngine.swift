@@ -179,7 +179,7 @@ enum MainQueueEngine {
     )
     while !waiter.isResolved.load(ordering: .acquiring) {
       // An attempt queued from here on wakes the park below, if this finds nothing.
-      Servicing.runQueuedAttempts(on: thread)
+      runQueuedAttempts(on: thread)
       if waiter.isResolved.load(ordering: .acquiring) { return }
       park(waiter, on: thread, parking: parking, since: since)
     }
@@ -344,12 +344,29 @@ enum MainQueueEngine {
     }
   }
 
+  /// Runs, in place, every queued attempt whose hop is on its way and that nobody runs: for
+  /// main-queue code that waits, and so holds the main queue, where no hop can run meanwhile: a
+  /// wait without an attempt in main context (``serve(until:on:parking:)``), and a tracked wait
+  /// under the `service` policy (`TrackedWaits/`). The caller holds the main queue.
+  static func runQueuedAttempts(on thread: ThreadRecord) {
+    let flights = OnceCell.withLock { held in
+      Flight.awaitingHop(holding: held).filter {
+        $0.runner(holding: held) == nil && $0.outcome(holding: held) == nil
+      }
+    }
+    for flight in flights {
+      driveUnlessDriven(flight, on: thread, isHop: false)
+    }
+  }
+
   /// Drives `flight` here, in main context, unless it has finished or is driven already: the
   /// body of a hop (`isHop`: it clears the hop's mark), and a main-queue wait that serves
-  /// initializers. Checks, in release builds too, that the caller holds the main queue: an
+  /// initializers (``runQueuedAttempts(on:)``). Checks, in release builds too, that the caller holds the main queue: an
   /// attempt never starts anywhere else. The first hop confirms what the main queue's lock word
   /// means (``QueueOwnership/confirmOwnerOfMainQueue(is:)``) before it is relied on here.
-  static func driveUnlessDriven(_ flight: Flight, on thread: ThreadRecord, isHop: Bool) {
+  private static func driveUnlessDriven(
+    _ flight: Flight, on thread: ThreadRecord, isHop: Bool
+  ) {
     if isHop { QueueOwnership.confirmOwnerOfMainQueue(is: thread.id) }
     guard MainContext.isCurrent(on: thread) else {
       Diagnostics.internalInconsistency(

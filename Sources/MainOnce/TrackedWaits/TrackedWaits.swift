@@ -181,7 +181,7 @@ extension TrackableWait {
   func wait(until deadline: DispatchTime, serving serves: Bool, on thread: ThreadRecord) -> Bool {
     guard serves else { return wait(timeout: deadline) == .success }
     while true {
-      Servicing.runQueuedAttempts(on: thread)
+      MainQueueEngine.runQueuedAttempts(on: thread)
       let step = min(deadline, .now() + .milliseconds(1))
       if wait(timeout: step) == .success { return true }
       if step == deadline { return false }
@@ -446,24 +446,12 @@ extension ThreadRecord {
 /// code that blocks in `DispatchSemaphore.wait(for:)` or `DispatchGroup.wait(for:)` runs, in
 /// place, the MainOnce initializers queued for the main queue, every millisecond while it
 /// waits, whatever the wait-for graph says; as a run loop nested in main-queue code runs other
-/// main-queue work. An initializer's caller is answered as if its hop had run it; the hop, when
-/// it comes, finds nothing to do.
+/// main-queue work. The engine runs them (`MainQueueEngine.runQueuedAttempts(on:)`): an
+/// initializer's caller is answered as if its hop had run it; the hop, when it comes, finds
+/// nothing to do.
 enum Servicing {
   /// Whether a wait on `thread` is to serve initializers: under `service`, in main context.
   static func applies(on thread: ThreadRecord) -> Bool {
     DeadlockDetection.cycles == .service && MainContext.isCurrent(on: thread)
-  }
-
-  /// Runs, in place, every initializer whose hop is on its way. The caller holds the main
-  /// queue, so no hop runs meanwhile.
-  static func runQueuedAttempts(on thread: ThreadRecord) {
-    let flights = OnceCell.withLock { held in
-      Flight.awaitingHop(holding: held).filter {
-        $0.runner(holding: held) == nil && $0.outcome(holding: held) == nil
-      }
-    }
-    for flight in flights {
-      MainQueueEngine.driveUnlessDriven(flight, on: thread, isHop: false)
-    }
   }
 }
