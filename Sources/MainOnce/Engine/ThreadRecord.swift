@@ -13,11 +13,10 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id` and `isMainThread` never change, and `mainContextDepth`,
-  // `inPlaceRuns`, `objectCells` and its slots, `spareParking`, `spareWaiters`,
-  // `spareTrackedWaitIfMade` (made once; the object it holds says why it may be shared),
-  // `trackedWaitIsInUse` and `nestedTrackedWaits` are only read and written by the thread this
-  // record belongs to; that also makes their accesses exclusive, so they skip the dynamic check.
-  // The published wait and its count are atomics.
+  // `inPlaceRuns`, `spareParking`, `spareWaiters`, `objectCellCache` and `trackedWaits` (each
+  // made once; the objects they hold say why they may be shared) are only read and written by
+  // the thread this record belongs to; that also makes their accesses exclusive, so they skip
+  // the dynamic check. The published wait and its count are atomics.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
@@ -26,26 +25,17 @@ final class ThreadRecord: @unchecked Sendable {
   /// How many main-queue attempts this thread is running right now. They run in main context,
   /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
   @exclusivity(unchecked) var mainContextDepth = 0
-  /// The object cells this thread used last (see ``ObjectCells``), made at its first
-  /// per-object call: a thread that makes none keeps no cache.
-  @exclusivity(unchecked) private var objectCells: ObjectCellCache?
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
-  /// A tracked wait to reuse, so that publishing one allocates nothing (made at this thread's
-  /// first tracked wait); and whether a wait of this thread uses it now.
-  var spareTrackedWait: TrackedWait {
-    if let wait = spareTrackedWaitIfMade { return wait }
-    let wait = TrackedWait(thread: id)
-    spareTrackedWaitIfMade = wait
-    return wait
-  }
-  @exclusivity(unchecked) private var spareTrackedWaitIfMade: TrackedWait?
-  @exclusivity(unchecked) var trackedWaitIsInUse = false
   /// The once-cells whose attempt this thread runs in place, without a flight (innermost
   /// last), each with the call that runs it: a re-entrant call names that call.
   @exclusivity(unchecked) var inPlaceRuns: [(word: UnsafeRawPointer, site: CallSite)] = []
-  /// The tracked waits of this thread's nested waits, kept alive while they are used.
-  @exclusivity(unchecked) var nestedTrackedWaits: [TrackedWait] = []
+  /// What rooms above the engine keep for this thread, whose types the engine does not know:
+  /// `PerObject/`'s cache of the object cells the thread used last, and the tracked wait
+  /// `TrackedWaits/` reuses for it. Each is made at the thread's first use of its room and held
+  /// retained here, released with the record, so that those rooms read it without a retain.
+  @exclusivity(unchecked) var objectCellCache: Unmanaged<AnyObject>?
+  @exclusivity(unchecked) var trackedWaits: Unmanaged<AnyObject>?
   /// The wait this thread is blocked in, for the deadlock detector (see ``WaitBoard``): the
   /// unretained address of an object conforming to `BlockingWait`, or 0.
   let publishedWait = Atomic<UInt>(0)
@@ -80,17 +70,6 @@ final class ThreadRecord: @unchecked Sendable {
     return waiter
   }
 
-  /// Keeps `cell` in this thread's cache of object cells, where the per-object fast path finds
-  /// it, making the cache at the thread's first per-object call.
-  func remember(_ cell: ObjectCell, for key: ObjectCells.Key) {
-    if objectCells == nil {
-      let cache = ObjectCellCache()
-      mainonce_set_object_cells(cache.slotsAddress)
-      objectCells = consume cache
-    }
-    objectCells?.remember(cell, for: key)
-  }
-
   /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
   /// another wait of this thread gets a fresh one.
   func takeParking() -> Parking {
@@ -100,6 +79,11 @@ final class ThreadRecord: @unchecked Sendable {
 
   func returnParking(_ parking: Parking) {
     spareParking = parking
+  }
+
+  deinit {
+    objectCellCache?.release()
+    trackedWaits?.release()
   }
 
   private init() {
@@ -183,8 +167,7 @@ final class ThreadRecord: @unchecked Sendable {
       guard let raw else { return }
       // The thread is exiting: no call of its own reads the record after this, and one that
       // comes later (from another key's destructor) makes a new record.
-      mainonce_set_thread_record(nil)
-      mainonce_set_object_cells(nil)
+      mainonce_forget_thread_record()
       let record = Unmanaged<ThreadRecord>.fromOpaque(raw).takeRetainedValue()
       WaitBoard.unregister(record)
     }

@@ -164,8 +164,10 @@ enum ObjectCells {
 }
 
 /// A thread's cache of the object cells it used last: direct-mapped, a slot per key, holding
-/// its cell. Only its thread reads or writes it.
-struct ObjectCellCache: ~Copyable {
+/// its cell. Only its thread reads or writes it; the thread's record keeps it
+/// (``ThreadRecord/objectCellCache``), made at the thread's first per-object call: a thread that
+/// makes none keeps no cache.
+final class ObjectCellCache {
   static var capacity: Int { 64 }
 
   struct Slot {
@@ -194,5 +196,21 @@ struct ObjectCellCache: ~Copyable {
     let slot = slots + key.cacheIndex
     slot.pointee.cell?.release()
     slot.pointee = Slot(key: key, cell: .passRetained(cell))
+  }
+}
+
+extension ThreadRecord {
+  /// Keeps `cell` in this thread's cache of object cells, where the per-object fast path finds
+  /// it, making the cache at the thread's first per-object call.
+  func remember(_ cell: ObjectCell, for key: ObjectCells.Key) {
+    if let cache = objectCellCache {
+      // This is safe because only this extension stores to the slot, and only a cache.
+      return Unmanaged<ObjectCellCache>.fromOpaque(cache.toOpaque())
+        ._withUnsafeGuaranteedRef { $0.remember(cell, for: key) }
+    }
+    let cache = ObjectCellCache()
+    mainonce_set_object_cells(cache.slotsAddress)
+    objectCellCache = .passRetained(cache)
+    cache.remember(cell, for: key)
   }
 }

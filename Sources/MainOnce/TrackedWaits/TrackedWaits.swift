@@ -360,7 +360,8 @@ struct _TrackedScope {
 final class TrackedWait: BlockingWait, @unchecked Sendable {
   // This is safe because the variables are written by the waiting thread only while the wait
   // is not published, and read by the deadlock detector only while it is, inside
-  // `WaitBoard.read`, which a withdrawal waits for; the marks and counters are atomics.
+  // `WaitBoard.read`, which a withdrawal waits for, but for `isInUse` and `nested`, which only
+  // the waiting thread reads and writes; the marks and counters are atomics.
   let thread: ThreadID
   /// Whom the wait is for: a pointer into the waiting frame, valid while the wait is published
   /// (the only time the detector reads it).
@@ -378,6 +379,11 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   /// out.
   let startedSlices = Atomic<UInt>(0)
   let timedOutSlice = Atomic<UInt>(0)
+  /// On a thread's spare (``ThreadRecord/spareTrackedWait``) only: whether a wait of the thread
+  /// uses it now, and the fresh waits of the thread's nested waits, kept alive while they are
+  /// used.
+  @exclusivity(unchecked) var isInUse = false
+  @exclusivity(unchecked) var nested: [TrackedWait] = []
 
   init(thread: ThreadID) {
     self.thread = thread
@@ -404,6 +410,16 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
 }
 
 extension ThreadRecord {
+  /// The tracked wait this thread reuses, so that publishing one allocates nothing: made at the
+  /// thread's first tracked wait, and kept by its record (``trackedWaits``), unretained.
+  var spareTrackedWait: Unmanaged<TrackedWait> {
+    // This is safe because only this getter stores to the slot, and only a tracked wait.
+    if let spare = trackedWaits { return Unmanaged.fromOpaque(spare.toOpaque()) }
+    let spare = Unmanaged.passRetained(TrackedWait(thread: id))
+    trackedWaits = Unmanaged.fromOpaque(spare.toOpaque())
+    return spare
+  }
+
   /// A tracked wait to publish, set up for one wait, unretained: the record keeps it alive until
   /// it is given back with ``returnTrackedWait(_:)``. A wait nested in another of this thread's
   /// gets a fresh one.
@@ -411,14 +427,15 @@ extension ThreadRecord {
     for target: UnsafePointer<WaitTarget>?, queue: DispatchQueue?, operation: StaticString,
     site: CallSite, proof: WaitProof, serves: Bool
   ) -> Unmanaged<TrackedWait> {
-    let wait: Unmanaged<TrackedWait>
-    if trackedWaitIsInUse {
+    let spare = spareTrackedWait
+    let wait = spare._withUnsafeGuaranteedRef { record -> Unmanaged<TrackedWait> in
+      guard record.isInUse else {
+        record.isInUse = true
+        return spare
+      }
       let fresh = TrackedWait(thread: id)
-      nestedTrackedWaits.append(fresh)
-      wait = .passUnretained(fresh)
-    } else {
-      wait = .passUnretained(spareTrackedWait)
-      trackedWaitIsInUse = true
+      record.nested.append(fresh)
+      return .passUnretained(fresh)
     }
     wait._withUnsafeGuaranteedRef { wait in
       wait.target = target
@@ -434,10 +451,12 @@ extension ThreadRecord {
   }
 
   func returnTrackedWait(_ wait: TrackedWait) {
-    if wait === spareTrackedWait {
-      trackedWaitIsInUse = false
+    // Only the spare is ever marked in use: any other wait is a nested one, the last the spare
+    // keeps.
+    if wait.isInUse {
+      wait.isInUse = false
     } else {
-      nestedTrackedWaits.removeLast()
+      _ = spareTrackedWait._withUnsafeGuaranteedRef { $0.nested.removeLast() }
     }
   }
 }

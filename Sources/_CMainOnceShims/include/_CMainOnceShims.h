@@ -165,6 +165,14 @@ static inline void mainonce_set_object_cells(void *_Nullable cells) {
   mainonce_object_cells_slot = cells;
 }
 
+/// Forgets the calling thread's record and every thread-local variable that points into what
+/// the record keeps alive (its cache of object cells): for the destructor that releases the
+/// record when the thread exits.
+static inline void mainonce_forget_thread_record(void) {
+  mainonce_thread_record_slot = 0;
+  mainonce_object_cells_slot = 0;
+}
+
 #pragma clang assume_nonnull end
 
 #endif
