@@ -22,7 +22,7 @@ extension TimedSubject {
   /// some, it tells the observer that they outlived their grace, and at each later one it calls
   /// what the observer returned.
   func startStallTimer() {
-    Instrumentation.noteSubject(self)
+    EngineCounters.noteSubject(self)
     timerFires(after: WaitBoard.grace, then: nil)
   }
 

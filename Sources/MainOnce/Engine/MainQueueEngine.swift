@@ -289,7 +289,7 @@ enum MainQueueEngine {
     _ wait: some BlockingWait, on thread: ThreadRecord, parking: Parking,
     since: (nanoseconds: UInt64, graceEnd: DispatchTime)? = nil
   ) {
-    Instrumentation.noteParked()
+    EngineCounters.noteParked()
     let previous = WaitBoard.publish(wait, on: thread)
     if !parking.park(until: since?.graceEnd ?? .now() + .nanoseconds(Int(WaitBoard.grace))) {
       if let observer {
@@ -301,7 +301,7 @@ enum MainQueueEngine {
       }
     }
     WaitBoard.withdraw(previous, on: thread)
-    Instrumentation.noteWoke()
+    EngineCounters.noteWoke()
   }
 
   // MARK: - The observer
@@ -337,7 +337,7 @@ enum MainQueueEngine {
   /// held): `dispatch_async_f` with the flight as its context, so that no block is allocated and
   /// copied on a first call's path.
   private static func sendHop(for flight: Flight) {
-    Instrumentation.noteHop()
+    EngineCounters.noteHop()
     mainonce_main_queue_async(Unmanaged.passRetained(flight).toOpaque()) { context in
       let flight = Unmanaged<Flight>.fromOpaque(context!).takeRetainedValue()
       MainQueueEngine.driveUnlessDriven(flight, on: .current, isHop: true)
@@ -477,3 +477,46 @@ enum MainQueueEngine {
     }
   }
 }
+
+// MARK: - Counters for MainOnce's own tests
+
+#if DEBUG || MAINONCE_INSTRUMENTATION
+  /// What the engine counts for MainOnce's own tests, which read it through
+  /// `ForTests/Instrumentation.swift`: only in debug builds and in release builds for tests
+  /// (`-DMAINONCE_INSTRUMENTATION`), as that file says.
+  enum EngineCounters {
+    /// Hops sent to the main queue: each is one main-queue work item.
+    static let hops = Atomic(0)
+    /// Threads parked now in a wait of MainOnce's own, from the moment the wait is published
+    /// (any hop it needs is on its way) until the thread wakes.
+    static let parked = Atomic(0)
+    /// Every flight and `AsyncMainLazy` build whose callers that do not block started its
+    /// timer, weakly; registered only in a test runner (`Platform.isTestRunner`).
+    static let subjects = Locked<[ObjectIdentifier: WeakSubject]>([:])
+
+    struct WeakSubject {
+      weak var subject: (any StallSubject)?
+    }
+
+    static func noteHop() { hops.add(1, ordering: .relaxed) }
+    static func noteParked() { parked.add(1, ordering: .releasing) }
+    static func noteWoke() { parked.subtract(1, ordering: .relaxed) }
+
+    static func noteSubject(_ subject: any StallSubject) {
+      guard Platform.isTestRunner else { return }
+      subjects.withLock { subjects in
+        subjects = subjects.filter { $0.value.subject != nil }
+        subjects[ObjectIdentifier(subject)] = WeakSubject(subject: subject)
+      }
+    }
+  }
+#else
+  /// The engine's counters, with nothing to count in a build that is not for tests: empty
+  /// calls, inlined away.
+  enum EngineCounters {
+    @inline(__always) static func noteHop() {}
+    @inline(__always) static func noteParked() {}
+    @inline(__always) static func noteWoke() {}
+    @inline(__always) static func noteSubject(_ subject: any StallSubject) {}
+  }
+#endif

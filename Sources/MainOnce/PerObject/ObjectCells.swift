@@ -29,7 +29,7 @@ class ObjectCell: @unchecked Sendable {
     self.object = object
     self.key = key
     sideTable =
-      Instrumentation.objectCellsUseWeakLoads ? 0 : ObjectLifetimes.sideTable(of: object)
+      ObjectLifetimes.usesWeakLoads ? 0 : ObjectLifetimes.sideTable(of: object)
   }
 
   var site: DeclarationSite { key.site }

@@ -1,3 +1,4 @@
+internal import Synchronization
 internal import _CMainOnceShims
 
 /// Tells whether an object is the one a per-object cell was made for, alive and not being
@@ -7,7 +8,7 @@ internal import _CMainOnceShims
 /// releases the object through its side table, two atomic writes on a cache line that another
 /// object's side table may share (one pair in four of objects weakly referenced one after the
 /// other). Measured side by side (`MainOnceBenchmarks objects` built for tests, the weak load on
-/// cells made with `Instrumentation.objectCellsUseWeakLoads`; Benchmarks/README.md): a weak load
+/// cells made with `ObjectLifetimes.usesWeakLoads`; Benchmarks/README.md): a weak load
 /// costs 26 ns a call where the side-table read costs 7, and two threads on two objects whose
 /// side tables share a line take 4.6× as long a call each as one thread, where the side-table
 /// read takes 1.0×. Instead, a cell keeps the address of its object's side table, which its
@@ -21,6 +22,24 @@ internal import _CMainOnceShims
 enum ObjectLifetimes {
   /// Whether side tables read as expected in this process: decided once.
   static let areReadable: Bool = selfTest()
+
+  #if DEBUG || MAINONCE_INSTRUMENTATION
+    /// Whether cells made from now on tell their object's lifetime with a weak load, as where
+    /// the layout fails its self-test, instead of reading the side table; cells made before keep
+    /// their way. A switch for MainOnce's own tests and benchmarks, which set it through
+    /// `ForTests/Instrumentation.swift`, only in debug builds and release builds for tests: it
+    /// runs the fallback, which this toolchain never takes by itself, on MainOnce's own code
+    /// path. It costs a relaxed load a cell made, off the fast path.
+    static var usesWeakLoads: Bool {
+      get { weakLoadSwitch.load(ordering: .relaxed) }
+      set { weakLoadSwitch.store(newValue, ordering: .relaxed) }
+    }
+    private static let weakLoadSwitch = Atomic(false)
+  #else
+    /// Cells read the side table wherever the layout allows: a constant, so that
+    /// `ObjectCell.init` compiles as if there were no switch.
+    @inline(__always) static var usesWeakLoads: Bool { false }
+  #endif
 
   /// The side table of `object`, which has one once a weak reference to it exists; 0 where the
   /// layout is not readable.
