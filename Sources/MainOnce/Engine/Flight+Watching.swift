@@ -22,7 +22,9 @@ extension TimedSubject {
   /// some, it tells the observer that they outlived their grace, and at each later one it calls
   /// what the observer returned.
   func startStallTimer() {
-    EngineCounters.noteSubject(self)
+    #if DEBUG || MAINONCE_INSTRUMENTATION
+      EngineCounters.noteSubject(self)
+    #endif
     timerFires(after: WaitBoard.grace, then: nil)
   }
 

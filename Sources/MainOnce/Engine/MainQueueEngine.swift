@@ -289,7 +289,9 @@ enum MainQueueEngine {
     _ wait: some BlockingWait, on thread: ThreadRecord, parking: Parking,
     since: (nanoseconds: UInt64, graceEnd: DispatchTime)? = nil
   ) {
-    EngineCounters.noteParked()
+    #if DEBUG || MAINONCE_INSTRUMENTATION
+      EngineCounters.noteParked()
+    #endif
     let previous = WaitBoard.publish(wait, on: thread)
     if !parking.park(until: since?.graceEnd ?? .now() + .nanoseconds(Int(WaitBoard.grace))) {
       if let observer {
@@ -301,7 +303,9 @@ enum MainQueueEngine {
       }
     }
     WaitBoard.withdraw(previous, on: thread)
-    EngineCounters.noteWoke()
+    #if DEBUG || MAINONCE_INSTRUMENTATION
+      EngineCounters.noteWoke()
+    #endif
   }
 
   // MARK: - The observer
@@ -337,7 +341,9 @@ enum MainQueueEngine {
   /// held): `dispatch_async_f` with the flight as its context, so that no block is allocated and
   /// copied on a first call's path.
   private static func sendHop(for flight: Flight) {
-    EngineCounters.noteHop()
+    #if DEBUG || MAINONCE_INSTRUMENTATION
+      EngineCounters.noteHop()
+    #endif
     mainonce_main_queue_async(Unmanaged.passRetained(flight).toOpaque()) { context in
       let flight = Unmanaged<Flight>.fromOpaque(context!).takeRetainedValue()
       MainQueueEngine.driveUnlessDriven(flight, on: .current, isHop: true)
@@ -483,7 +489,8 @@ enum MainQueueEngine {
 #if DEBUG || MAINONCE_INSTRUMENTATION
   /// What the engine counts for MainOnce's own tests, which read it through
   /// `ForTests/Instrumentation.swift`: only in debug builds and in release builds for tests
-  /// (`-DMAINONCE_INSTRUMENTATION`), as that file says.
+  /// (`-DMAINONCE_INSTRUMENTATION`), as that file says. Elsewhere neither the counters nor the
+  /// calls that count exist.
   enum EngineCounters {
     /// Hops sent to the main queue: each is one main-queue work item.
     static let hops = Atomic(0)
@@ -509,14 +516,5 @@ enum MainQueueEngine {
         subjects[ObjectIdentifier(subject)] = WeakSubject(subject: subject)
       }
     }
-  }
-#else
-  /// The engine's counters, with nothing to count in a build that is not for tests: empty
-  /// calls, inlined away.
-  enum EngineCounters {
-    @inline(__always) static func noteHop() {}
-    @inline(__always) static func noteParked() {}
-    @inline(__always) static func noteWoke() {}
-    @inline(__always) static func noteSubject(_ subject: any StallSubject) {}
   }
 #endif

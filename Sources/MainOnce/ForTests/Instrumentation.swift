@@ -13,8 +13,8 @@ internal import Synchronization
 // for tests, which pass `-Xswiftc -DMAINONCE_INSTRUMENTATION` (with `-enable-testing`): the
 // AddressSanitizer run and the static fixtures of the run-loop matrix (see `.ci/run`). Tests and
 // fixtures reach them with `@testable import MainOnce`. Everywhere else the rooms below keep
-// nothing for tests, their calls are empty and inlined away, and this room is empty: a release
-// build keeps no counter, and no symbol for one.
+// nothing for tests and make no call to count (the weak-load switch is the constant `false`),
+// and this room is empty: a release build keeps no counter, and no symbol for one.
 //
 // Why not a package trait, or SPI: a trait the tests need would have to be a default trait, which
 // every dependent package gets, or else a flag on the README's `swift test`; SPI is public
