@@ -20,12 +20,14 @@ final class Flight: @unchecked Sendable {
   // back into the flight, so no access overlaps another on the same thread, and they skip the
   // dynamic check. `label` never changes, and `epoch` and `storageIsGone` are atomics.
 
-  /// What the deadlock detector marks on a flight, beside its machine.
+  /// What the engine keeps about watching a flight, beside its machine: the claim of its stall
+  /// report, whose end it owes the observer, and its timer.
   struct Marks {
-    /// When the oldest caller had begun to wait, once a stall report about the flight was
-    /// delivered: the report of its end says how long they waited.
+    /// When the oldest caller had begun to wait, once an observer claimed the flight's stall
+    /// report (``claimStallReport(waitingSince:)``): the engine tells it when that stall ends,
+    /// once, and the report of the end says how long they waited.
     var reportedSince: UInt64?
-    /// Set while a timer watches the flight for callers that do not block.
+    /// Set while the engine's timer watches the flight for callers that do not block.
     var isTimed = false
   }
 
@@ -40,7 +42,7 @@ final class Flight: @unchecked Sendable {
 
   init(label: CellLabel) { self.label = label }
 
-  /// Reads or changes the detector's marks, reading the machine: only the methods below, which
+  /// Reads or changes the marks, reading the machine: only the methods below, which
   /// check its invariant after each transition, change the machine.
   func withMarks<Result>(
     holding _: borrowing OnceCell.Held,
@@ -61,9 +63,9 @@ final class Flight: @unchecked Sendable {
   }
 
   /// When the callers of a reported flight had begun to wait, if it was reported and nobody
-  /// waits for it any more (it finished, or its last caller left); its end is then reported
-  /// once. The engine asks after an attempt's end and a cancellation; only a flight the
-  /// detector reported gets past the first check.
+  /// waits for it any more (it finished, or its last caller left); the engine then tells the
+  /// observer, once. The engine asks after an attempt's end, a cancellation and a look of its
+  /// timer; only a flight whose stall an observer reported gets past the first check.
   func endOfReportedStall(holding _: borrowing OnceCell.Held) -> UInt64? {
     guard let since = marks.reportedSince,
       machine.outcome != nil || machine.callers.isEmpty && machine.runner == nil
@@ -182,9 +184,9 @@ final class Flight: @unchecked Sendable {
     if machine.callers.isEmpty { marks.isTimed = false }
   }
 
-  /// Applies one transition of the machine, then what the engine keeps beside it: the
-  /// detector's epoch, when the attempt that runs started; and checks the machine's invariant,
-  /// in release builds too: queued callers without a runner or a hop would wait for ever.
+  /// Applies one transition of the machine, then what the engine keeps beside it: the epoch its
+  /// watchers read, when the attempt that runs started; and checks the machine's invariant, in
+  /// release builds too: queued callers without a runner or a hop would wait for ever.
   /// Called only by the methods above, which take proof that the caller holds the lock.
   private func transition<Result>(_ body: (inout FlightMachine<WaiterQueue>) -> Result) -> Result {
     let (runner, running) = (machine.runner, machine.running)

@@ -1,15 +1,17 @@
 // The engine: once-cells whose attempts run in main context, and the threads that wait for them.
 // This room owns the state word (`OnceCell.swift`), a flight's state machine
 // (`FlightMachine.swift`) and the flight that performs it with its callers (`Flight.swift`), each
-// thread's record and parking (`ThreadRecord.swift`), the board where waiting threads publish their
-// waits (`WaitBoard.swift`), the `AsyncMainLazy` build's machine, and how an attempt enters the
-// main actor's isolation. It calls `Platform/` (locks, the clock, thread ids, who holds the main
-// queue), `MainContext.swift` and `Reporting/` (names and crash messages). It calls the deadlock
-// detector only for a wait that outlived its grace, or a stall it reported that ends (`Detector` in
-// `Deadlock/`), and gives it read-only views of its waits (`OnceCell+Detector.swift` conforms them
-// to `Deadlock/BlockingWait.swift`). A thread's record also keeps that thread's per-object cell
-// cache and tracked waits, for `PerObject/` and `TrackedWaits/`; a wait in main context that serves
-// queued attempts runs them through `TrackedWaits/` (`Servicing`).
+// thread's record and parking (`ThreadRecord.swift`), what main context is (`MainContext.swift`),
+// the board where waiting threads publish their waits (`WaitBoard.swift`), an `AsyncMainLazy`'s
+// build and its machine (`AsyncBuild.swift`, `AsyncBuildMachine.swift`), the timer of callers
+// that do not block (`StallTimer.swift`), and how an attempt enters the main actor's isolation.
+// It calls `Platform/` (locks, the clock, thread ids, who holds the main queue) and `Reporting/`
+// (names and crash messages), and knows nothing of the rooms above it. To whoever watches its
+// waits it offers an observer interface (`WaitObserver.swift`: a wait outlived its grace; a
+// reported stall ended), which the API installs the deadlock detector as, and read-only views of
+// its waits (`BlockingWait.swift`, `Flight+Watching.swift`) and of the board. The rooms above
+// keep what they need per thread in untyped slots of a thread's record, and have queued attempts
+// run by `MainQueueEngine.runQueuedAttempts(on:)`.
 internal import Dispatch
 internal import Synchronization
 internal import _CMainOnceShims
@@ -23,14 +25,19 @@ internal import _CMainOnceShims
 /// (the word), `Engine/Flight.swift` (the flight and its callers), `Engine/FlightMachine.swift`
 /// (the decisions), this file (performing them), `Engine/MainContext.swift` and
 /// `Platform/QueueOwnership.swift` (whether the caller holds the main queue) and
-/// `Engine/ThreadRecord.swift` (where a thread parks). Line coverage of one such call from a
-/// worker under `dispatchMain()`, first use in the process included, counts 17 files and 621
-/// lines in a debug build, 600 in release (Swift 6.3.1): the rest are the lock, the platform's
-/// clock and thread id, the wait board, labels and settings, and no line of the deadlock
-/// detector, of the tracked waits or of the per-object cells. A parked caller
+/// `Engine/ThreadRecord.swift` (where a thread parks). The first such call in a process also
+/// installs the deadlock detector as the engine's observer, from the token's cell
+/// (`DetectorInstallation.swift`, ``install(observer:)``): two stores, and no line of the
+/// detector. Line coverage of one such call from a worker under `dispatchMain()`, first use in
+/// the process included, counts 16 files and 620 lines in a debug build, 599 in release (Swift
+/// 6.3.1; the `DA:` lines with a count under `Sources/MainOnce/` of `llvm-cov export
+/// -format=lcov`): the rest are the lock, the platform's clock and thread id, the wait board,
+/// labels and settings, and in a debug build the engine's test counters, and no line of the
+/// deadlock detector, of the tracked waits or of the per-object cells. A parked caller
 /// publishes its wait on the `WaitBoard` (a store) and parks for `WaitBoard.grace`; only a wait
-/// that outlives it calls the deadlock detector (`Detector.watch`), and only a flight that the
-/// detector reported calls it again when it ends (`Detector.subjectEnded`).
+/// that outlives it tells the observer (`WaitObserver.waitOutlivedGrace`), and only a flight
+/// whose stall the observer reported tells it again when it ends
+/// (`WaitObserver.reportedWaitEnded`).
 ///
 /// A caller asks the cell for its phase under the engine's lock (``OnceCell/withLock(_:)``);
 /// unless it is done, it queues its attempt and takes one of two roles. **Drive**, in main

@@ -2,11 +2,10 @@ internal import Synchronization
 
 // For tests only, in a room of its own: what MainOnce's own tests read of it, and one switch
 // they set, and only for them: not API, and not in the library that packages depending on
-// MainOnce build in release. Nothing in MainOnce calls this room: it reads what the rooms below
-// keep for their tests (the engine's counters and the subjects it times, `EngineCounters` in
-// `Engine/MainQueueEngine.swift`; the waits on the `WaitBoard`; `PerObject/`'s weak-load
-// switch, `ObjectLifetimes.usesWeakLoads`), and depends on nothing above the engine but that
-// switch.
+// MainOnce build in release. Nothing in MainOnce calls this room. It calls `Engine/` (the
+// engine's counters and the subjects it times, `EngineCounters` in `MainQueueEngine.swift`; the
+// waits on the board) and `PerObject/` (its weak-load switch, `ObjectLifetimes.usesWeakLoads`),
+// only to read and set what they keep for their tests.
 //
 // Where they exist: in debug builds (`DEBUG`, which SwiftPM defines), which is how `swift test`
 // and the ThreadSanitizer run build the tests and the fixture processes, and in release builds

@@ -1,10 +1,10 @@
 // Per-object once: `onceOnMain(for:)` and `runOnce(for:)`, one cell for each object and call
-// site. This room owns the table of cells (this file), how a cell tells that its object is gone
-// (`ObjectLifetimes.swift`), and `runOnce(for:)`'s cell and its state machine (`RunOnceCell.swift`,
-// `RunOnceMachine.swift`). It calls the engine in `Engine/` (a cell for the main queue is an
-// engine cell; a `runOnce(for:)` caller parks through it), `Platform/` (locks, thread ids) and
-// `Reporting/` (names and crash messages), and gives the deadlock detector a read-only view of a
-// parked `runOnce(for:)` caller (`Deadlock/BlockingWait.swift`).
+// site. This room owns the table of cells and each thread's cache of them (this file), how a cell
+// tells that its object is gone (`ObjectLifetimes.swift`), and `runOnce(for:)`'s cell and its
+// state machine (`RunOnceCell.swift`, `RunOnceMachine.swift`). It calls the engine in `Engine/`
+// (a cell for the main queue is an engine cell; a `runOnce(for:)` caller parks through it and
+// shows its wait through the engine's read-only view of a wait; a thread's record keeps the
+// thread's cache), `Platform/` (locks, thread ids) and `Reporting/` (names and crash messages).
 internal import _CMainOnceShims
 
 /// One object's once-cell for one call site, for `onceOnMain(for:)` and `runOnce(for:)`.

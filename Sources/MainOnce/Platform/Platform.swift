@@ -3,8 +3,8 @@
 // environment variables (`Settings.swift`), locks (`Lock.swift`), who holds the main queue, read
 // from libdispatch's lock word (`QueueOwnership.swift`), and where a report goes
 // (`ReportDelivery.swift`), with the C shim `_CMainOnceShims` under them. It calls no other room
-// but `Reporting/`, for warnings and crash messages; the settings of the deadlock detector it
-// reads as words, which `Deadlock/` turns into its policies.
+// but `Reporting/`, for warnings and crash messages. The deadlock detector's settings it reads as
+// words, which the detector turns into its policies.
 internal import _CMainOnceShims
 
 #if canImport(Glibc)

@@ -1,8 +1,11 @@
 // Tracked waits: blocking waits of the user's own (semaphores, groups, `trackedSync`, a closure)
 // that the deadlock detector can see. This room owns them (this file) and the targets they wait
-// for (`WaitTarget.swift`). It publishes on `Engine/WaitBoard.swift`, runs queued engine attempts
-// in place while a wait in main context serves them (`Servicing`), calls the detector before
-// blocking where the owner already waits, and calls `Platform/` and `Reporting/`.
+// for (`WaitTarget.swift`). It calls `Engine/` (it publishes its waits on the board and shows
+// them through the engine's view of a wait, keeps a spare wait in a thread's record, and has the
+// engine run queued attempts while a wait in main context serves them), `Deadlock/` (a wait that
+// outlived its grace is watched by the detector, which a `trackedSync` also asks before it blocks
+// where the queue's owner waits already; the `service` policy is the detector's setting),
+// `Platform/` and `Reporting/`.
 public import Dispatch
 internal import Synchronization
 
