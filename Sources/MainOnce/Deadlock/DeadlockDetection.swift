@@ -3,11 +3,11 @@
 // the engine knows only as the observer of its waits and a tracked wait calls once it outlived
 // its grace (`Detector.swift`), the graph (`WaitGraph.swift`), the findings
 // (`DeadlockReport+Findings.swift`), stalls and `/proc` samples (`Stall.swift`,
-// `ThreadSampler.swift`, `MainRunLoop.swift`). It calls `Engine/` only to read it: the waits on
+// `ThreadSampler.swift`). It calls `Engine/` only to read it: the waits on
 // the board (`Engine/WaitBoard.swift`) and the views of a wait and of a stall subject
 // (`Engine/BlockingWait.swift`), whose one write is the claim of a stall report; it never drives
-// the engine and performs none of its transitions. It calls `Platform/` (settings, `/proc`, who
-// holds the main queue, where a report goes) and `Reporting/` (what reports say).
+// the engine and performs none of its transitions. It calls `Platform/` (settings, who holds and
+// who serves the main queue, where a report goes) and `Reporting/` (what reports say).
 internal import Synchronization
 
 /// How MainOnce reacts to deadlocks it can prove and to stalls it can only observe: two

@@ -1,10 +1,10 @@
 // Platform facts: what the rest of MainOnce asks the system and libdispatch. This room owns
 // thread ids, the clock, the environment and a queue to run work on (this file), MainOnce's
 // environment variables (`Settings.swift`), locks (`Lock.swift`), who holds the main queue, read
-// from libdispatch's lock word (`QueueOwnership.swift`), and where a report goes
-// (`ReportDelivery.swift`), with the C shim `_CMainOnceShims` under them. It calls no other room
-// but `Reporting/`, for warnings and crash messages. The deadlock detector's settings it reads as
-// words, which the detector turns into its policies.
+// from libdispatch's lock word, and who serves it (`QueueOwnership.swift`, `MainRunLoop.swift`),
+// and where a report goes (`ReportDelivery.swift`), with the C shim `_CMainOnceShims` under
+// them. It calls no other room but `Reporting/`, for warnings and crash messages. The deadlock
+// detector's settings it reads as words, which the detector turns into its policies.
 internal import _CMainOnceShims
 
 #if canImport(Glibc)
