@@ -39,13 +39,7 @@ struct FlightMachineTests {
     .serialized,
     .enabled(if: !Exploration.isFull, "MAINONCE_FULL_EXPLORATION=1 runs the larger ones instead"),
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
-    arguments: [Model.Form.mainWaiting, .workerWaiting, .taskWaiting, .handlerWaiting].map {
-      Model.Form.initializing + [$0]
-    }
-      + Model.Form.initializing.map { left in
-        let forms = Model.Form.initializing.filter { $0 != left }
-        return forms + forms
-      })
+    arguments: Model.Form.smallerConfigurations)
   func smallerConfigurations(forms: [Model.Form]) async throws {
     let exploration = try #require(await onThread(timeout: .seconds(60)) { Model.explore(forms) })
     #expect(exploration.violations == [])
@@ -154,6 +148,21 @@ enum Model {
       configurations.append([
         .mainBlocking, .mainBlocking, .workerBlocking, .task, .task, .mainWaiting, .taskWaiting,
       ])
+      return configurations
+    }
+
+    /// One caller of each form with each kind of wait; two of each of any three forms. Built
+    /// step by step, as `largerConfigurations` is: in a test's arguments, closures make Swift
+    /// 6.0's type checker crash.
+    static var smallerConfigurations: [[Form]] {
+      var configurations: [[Form]] = []
+      for waiting: Form in [.mainWaiting, .workerWaiting, .taskWaiting, .handlerWaiting] {
+        configurations.append(initializing + [waiting])
+      }
+      for left in initializing {
+        let forms: [Form] = initializing.filter { $0 != left }
+        configurations.append(forms + forms)
+      }
       return configurations
     }
 
