@@ -20,15 +20,21 @@
 # the version is not the one below. Only a few variables reach COMMAND: MAINONCE_*, SWIFT_*,
 # ASAN_OPTIONS, TSAN_OPTIONS, CI, TERM.
 #
-# Where no chroot can be made (not root, no apt-get to install debootstrap, no network), `make`
-# and `run` print one line starting with SKIPPING and exit 77.
+# A suite may name another architecture: `trixie-arm64` is Debian 13 for arm64, run under
+# emulation (qemu-user, through binfmt_misc: Scripts/arm64.sh uses it). Making it installs
+# qemu-user-static, mounts binfmt_misc and registers qemu for arm64 binaries if they are not
+# (registered with qemu opened at once, so that it runs them inside the chroot too), then
+# debootstraps in two stages, the second under emulation. `versions` lists only the native suites.
+#
+# Where no chroot can be made (not root, no apt-get to install debootstrap, no network, no
+# emulation), `make` and `run` print one line starting with SKIPPING and exit 77.
 set -euo pipefail
 
 # The Swift that Debian's `swiftlang` is in each suite: the one place these versions are written
 # (README.md's Platforms table quotes them). A suite whose package moves on fails `make` until
 # this line follows it.
-declare -A expected_swift=([trixie]=6.0.3 [sid]=6.2.3)
-suites=(trixie sid)
+declare -A expected_swift=([trixie]=6.0.3 [sid]=6.2.3 [trixie-arm64]=6.0.3)
+suites=(trixie sid) # native ones; the others are named SUITE-ARCHITECTURE
 mirror=http://deb.debian.org/debian
 
 package_root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,6 +63,57 @@ skip() {
 
 chroot_dir() { echo "$chroot_root/$1-swiftlang-${expected_swift[$1]}"; }
 
+# A suite's Debian release and Debian architecture: trixie-arm64 is trixie for arm64.
+debian_release() { echo "${1%%-*}"; }
+debian_arch() {
+  if [[ $1 == *-* ]]; then echo "${1#*-}"; else dpkg --print-architecture; fi
+}
+foreign() { [[ $(debian_arch "$1") != "$(dpkg --print-architecture)" ]]; }
+
+# Host packages, installed with apt-get where missing; waits for another apt-get to finish
+# (machines are shared) rather than failing on its lock.
+apt_install() {
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null
+}
+
+# Debian's names: the architecture, qemu's name for it, and binfmt_misc's entry for it.
+declare -A qemu_name=([arm64]=aarch64)
+
+# Makes the kernel run binaries of architecture $1 through qemu-user-static, in chroots too: the
+# entry is registered with the F flag, qemu opened once, at registration. Prints why it cannot,
+# or nothing. Leaves binfmt_misc mounted and the entry registered, as systemd-binfmt would.
+emulation_problem() {
+  local arch="$1" name="${qemu_name[$1]:-}" binfmt=/proc/sys/fs/binfmt_misc conf
+  [[ -n $name ]] || { echo "no emulator known for $arch"; return; }
+  if ! command -v "qemu-$name-static" >/dev/null; then
+    echo "installing qemu-user-static with apt-get" >&2
+    apt_install qemu-user-static || { echo "qemu-user-static did not install"; return; }
+  fi
+  if [[ ! -e $binfmt/register ]]; then
+    mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null ||
+      { echo "binfmt_misc cannot be mounted"; return; }
+  fi
+  [[ -e $binfmt/status ]] && [[ $(cat "$binfmt/status") == enabled ]] ||
+    { echo "binfmt_misc is disabled"; return; }
+  if [[ ! -e $binfmt/qemu-$name ]]; then
+    conf="/usr/lib/binfmt.d/qemu-$name.conf"
+    [[ -r $conf ]] || { echo "qemu-user-static has no $conf"; return; }
+    # Debian's entry, with F (fix binary) among its flags, the last field.
+    local entry
+    entry="$(grep -v '^#' "$conf" | head -1)"
+    [[ ${entry##*:} == *F* ]] || entry+=F
+    printf '%s\n' "$entry" >"$binfmt/register" 2>/dev/null ||
+      { echo "binfmt_misc refused the entry for qemu-$name"; return; }
+  fi
+  if [[ $(head -1 "$binfmt/qemu-$name") != enabled ]]; then
+    echo "the binfmt_misc entry qemu-$name is disabled"
+  elif ! grep -q '^flags:.*F' "$binfmt/qemu-$name"; then
+    echo "the binfmt_misc entry qemu-$name lacks the F flag: it cannot run in a chroot" \
+      "(echo -1 > $binfmt/qemu-$name to let this script register its own)"
+  fi
+}
+
 # Mount points at or below $1, deepest first.
 mounts_under() {
   awk -v dir="$1" '$5 == dir || index($5, dir "/") == 1 { print $5 }' /proc/self/mountinfo |
@@ -78,8 +135,9 @@ make_chroot() {
     echo "$dir"
     return
   fi
-  # Made only by a root that can reach Debian's archive.
+  # Made only by a root that can reach Debian's archive (and run the architecture's binaries).
   reason="$(cannot_make_reason)"
+  if [[ -z $reason ]] && foreign "$suite"; then reason="$(emulation_problem "$(debian_arch "$suite")")"; fi
   [[ -z $reason ]] || skip "$suite" "$version" "$dir" "$reason"
   mkdir -p "$chroot_root"
   (
@@ -89,8 +147,7 @@ make_chroot() {
     if [[ -d $dir ]]; then exit 0; fi
     if ! command -v debootstrap >/dev/null; then
       echo "installing debootstrap with apt-get" >&2
-      apt-get update -qq >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+      apt_install debootstrap
     fi
     local tmp started log
     tmp="$(mktemp -d "$chroot_root/.$(basename "$dir").XXXXXX")"
@@ -100,9 +157,18 @@ make_chroot() {
     trap "cleanup_tmp '$tmp'" EXIT
     started=$SECONDS
     log="$chroot_root/$(basename "$dir").log"
-    echo "making $dir (Debian $suite, debootstrap --variant=minbase, then swiftlang);" \
-      "log in $log" >&2
-    if ! debootstrap --variant=minbase "$suite" "$tmp" "$mirror" >"$log" 2>&1; then
+    local release arch
+    release="$(debian_release "$suite")" arch="$(debian_arch "$suite")"
+    echo "making $dir (Debian $release for $arch, debootstrap --variant=minbase, then" \
+      "swiftlang);  log in $log" >&2
+    if foreign "$suite"; then
+      # Two stages: the first unpacks on the host, the second configures under emulation.
+      if ! { debootstrap --arch="$arch" --foreign --variant=minbase "$release" "$tmp" "$mirror" &&
+        chroot "$tmp" /debootstrap/debootstrap --second-stage; } >"$log" 2>&1; then
+        tail -20 "$log" >&2
+        exit 1
+      fi
+    elif ! debootstrap --variant=minbase "$release" "$tmp" "$mirror" >"$log" 2>&1; then
       tail -20 "$log" >&2
       exit 1
     fi
@@ -121,7 +187,7 @@ make_chroot() {
     found="$(swift_version_in "$tmp")"
     umount "$tmp/proc"
     if [[ $found != "$version" ]]; then
-      echo "Debian $suite's swiftlang is Swift '$found', not $version: update expected_swift" \
+      echo "Debian $release's swiftlang ($arch) is Swift '$found', not $version: update expected_swift" \
         "in $0" >&2
       exit 1
     fi
@@ -171,16 +237,19 @@ run_in_chroot() {
   [[ ${1:-} == -- ]] && shift
   (($# > 0)) || usage
   dir="$(make_chroot "$suite")"
+  local reason
+  if foreign "$suite"; then
+    # Registered again after a reboot, say.
+    reason="$(emulation_problem "$(debian_arch "$suite")")"
+    [[ -z $reason ]] || skip "$suite" "$version" "$dir" "$reason"
+  fi
   make_stubs "$dir"
   # The copy: this package's files as they are now (committed or not), without builds.
   copy="/build$package_root"
   mkdir -p "$dir$copy"
   exec 8>"$dir$copy.lock"
   flock 8
-  if ! command -v rsync >/dev/null; then
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null
-  fi
+  command -v rsync >/dev/null || apt_install rsync
   rsync -a --delete --exclude='.build*' --exclude=/.git --exclude=.swiftpm \
     "$package_root/" "$dir$copy/"
   local -a environment=(HOME=/root LANG=C.UTF-8 PATH=/usr/local/bin:/usr/bin:/bin
