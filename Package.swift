@@ -41,7 +41,8 @@ let package = Package(
     ),
     .executableTarget(
       name: "MainOnceFixture",
-      dependencies: ["MainOnceFixtureSupport", "CFixtureShims"],
+      // _CMainOnceShims: the platform scenario calls the layout checks themselves.
+      dependencies: ["MainOnceFixtureSupport", "CFixtureShims", "_CMainOnceShims"],
       path: "Tests/MainOnceFixture"
     ),
     // System calls Swift cannot make (variadic C functions), for fixture scenarios only.

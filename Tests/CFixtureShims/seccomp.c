@@ -45,3 +45,8 @@ int32_t fixture_deny_membarrier(void) {
 int32_t fixture_membarrier(void) {
   return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 ? 0 : errno;
 }
+
+int32_t fixture_membarrier_query(void) {
+  long commands = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return commands >= 0 ? (int32_t)commands : -errno;
+}

@@ -23,6 +23,8 @@ let usage =
   + ForkScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture barrier "
   + BarrierScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture platform "
+  + PlatformScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture engine "
   + EngineScenario.allCases.map(\.rawValue).joined(separator: "|") + " [dispatchMain|runLoop]"
 
@@ -54,6 +56,12 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "fork",
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "barrier",
   let scenario = BarrierScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "platform",
+  let scenario = PlatformScenario(rawValue: CommandLine.arguments[2])
 {
   scenario.run()
 }

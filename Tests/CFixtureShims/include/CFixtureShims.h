@@ -15,4 +15,9 @@ int32_t fixture_deny_membarrier(void);
 /// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: 0, or the errno it failed with.
 int32_t fixture_membarrier(void);
 
+/// `membarrier(MEMBARRIER_CMD_QUERY)`: the commands the kernel supports, as a bit mask, or the
+/// errno it failed with, negated (`ENOSYS` where there is no `membarrier`, as under some
+/// emulators).
+int32_t fixture_membarrier_query(void);
+
 #endif
