@@ -36,17 +36,19 @@ step() { printf '\n== %s\n' "$*"; }
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 
-# Runs a command bounded by what is left of the run's time. Ends the run if the time is up.
+# Runs a command bounded by what is left of the run's time. Ends the run if the time is up,
+# saying so on the script's own standard error (fd 3), whatever the command's goes to.
+exec 3>&2
 bounded() {
   local left=$((deadline - SECONDS)) status=0
   if ((left <= 0)); then
-    echo "FAIL: out of time: the run is bounded to $minutes minutes (MAINONCE_ARM64_MINUTES)" >&2
+    echo "FAIL: out of time: the run is bounded to $minutes minutes (MAINONCE_ARM64_MINUTES)" >&3
     exit 124
   fi
   timeout --kill-after=30 "$left" "$@" || status=$?
   if ((status == 124 || status == 137)); then
     echo "FAIL: '$*' still ran when the run's $minutes minutes were up" \
-      "(MAINONCE_ARM64_MINUTES)" >&2
+      "(MAINONCE_ARM64_MINUTES)" >&3
     exit 124
   fi
   return "$status"
