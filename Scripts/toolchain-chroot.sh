@@ -94,8 +94,10 @@ emulation_problem() {
     mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null ||
       { echo "binfmt_misc cannot be mounted"; return; }
   fi
-  [[ -e $binfmt/status ]] && [[ $(cat "$binfmt/status") == enabled ]] ||
-    { echo "binfmt_misc is disabled"; return; }
+  if [[ ! -e $binfmt/status || $(cat "$binfmt/status") != enabled ]]; then
+    echo "binfmt_misc is disabled"
+    return
+  fi
   if [[ ! -e $binfmt/qemu-$name ]]; then
     conf="/usr/lib/binfmt.d/qemu-$name.conf"
     [[ -r $conf ]] || { echo "qemu-user-static has no $conf"; return; }
