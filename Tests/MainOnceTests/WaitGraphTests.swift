@@ -23,7 +23,7 @@ struct WaitGraphTests {
   func twoThreadCycle() {
     let graph = WaitGraph(nodes: [node(1, waitsForAnyOf: [2]), node(2, waitsForAnyOf: [1])])
     let edges = graph.deadlock(through: ThreadID(rawValue: 1))
-    #expect(edges?.map(\.node.thread.rawValue) == [1, 2])
+    #expect(edges?.map(\.thread.rawValue) == [1, 2])
   }
 
   @Test("a wait for work ends when any performer finishes it: one free performer breaks it")
@@ -44,7 +44,7 @@ struct WaitGraphTests {
       node(1, waitsForAnyOf: [2]), node(2, waitsForAnyOf: [3]), node(3, waitsForAnyOf: [2]),
     ])
     #expect(
-      graph.deadlock(through: ThreadID(rawValue: 1))?.map(\.node.thread.rawValue) == [1, 2, 3])
+      graph.deadlock(through: ThreadID(rawValue: 1))?.map(\.thread.rawValue) == [1, 2, 3])
     #expect(graph.deadlock(through: ThreadID(rawValue: 4)) == nil)
   }
 

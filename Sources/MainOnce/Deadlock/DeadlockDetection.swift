@@ -141,21 +141,6 @@ public enum DeadlockDetection {
     public var description: String {
       response == .off ? "off" : "\(response) after \(formatDuration(timeout.wholeNanoseconds))"
     }
-
-    private init(_ response: Response, _ timeout: Duration, at site: CallSite) {
-      guard Settings.validStallTimeouts.contains(timeout) else {
-        Diagnostics.fail(
-          "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
-            + " would report every hop",
-          at: site)
-      }
-      self.init(response: response, timeout: timeout)
-    }
-
-    init(response: Response, timeout: Duration) {
-      self.response = response
-      self.timeout = timeout
-    }
   }
 
   /// What to do with a deadlock. Defaults to ``CyclePolicy/abort``, or `MAINONCE_DEADLOCK`. A
@@ -220,6 +205,19 @@ public enum DeadlockDetection {
       of: Settings.stallResponse.flatMap(StallPolicy.Response.init) ?? .report)!)
   private static let stallTimeoutNanoseconds = Atomic<UInt64>(
     (Settings.stallTimeout ?? .seconds(1)).wholeNanoseconds)
+}
+
+extension DeadlockDetection.StallPolicy {
+  // In an extension, so that the policy keeps its memberwise initializer.
+  fileprivate init(_ response: Response, _ timeout: Duration, at site: CallSite) {
+    guard Settings.validStallTimeouts.contains(timeout) else {
+      Diagnostics.fail(
+        "MainOnce: the stall timeout must be from 1 ms to 1 day, not \(timeout): a shorter one"
+          + " would report every hop",
+        at: site)
+    }
+    self.init(response: response, timeout: timeout)
+  }
 }
 
 extension Duration {

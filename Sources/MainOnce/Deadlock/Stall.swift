@@ -82,19 +82,15 @@ struct Look {
       ]
       lines += callers.map { "  \(Self.describe($0))" }
     }
-    // The blocked callers, then the thread in the way.
-    var threads: [ThreadID] = []
-    for thread in callers.flatMap(\.threads) + [finding.holder].compactMap({ $0 })
-    where !threads.contains(thread) {
-      threads.append(thread)
-    }
-    let (finding, hint) = explain(finding, isStuck: isStuck)
-    lines += (finding + notes + [note].compactMap { $0 }).map { "  " + $0 }
+    let (explanation, hint) = explain(finding, isStuck: isStuck)
+    lines += (explanation + notes + [note].compactMap { $0 }).map { "  " + $0 }
     lines.append("  the stall timeout is \(formatDuration(timeout))")
     lines.append("hint: " + hint)
     return DeadlockReport(
       kind: .stall, text: lines.joined(separator: "\n"), stopsProcess: stops && isStuck,
-      threads: threads.map(\.rawValue), label: "\(label)")
+      // The blocked callers, then the thread in the way.
+      threads: (callers.flatMap(\.threads) + [finding.holder].compactMap { $0 }).namedOnce,
+      label: "\(label)")
   }
 
   private static func describe(_ callers: Callers) -> String {
@@ -129,10 +125,10 @@ struct Look {
         state.isBlockedOnLock ? trackedWaitHint : "waiting goes on until the \(label.work) returns"
       )
     case .builder(let since):
+      let ran = formatDuration(now &- since)
       return (
-        [
-          "the builder has run on the main actor for \(formatDuration(now &- since)); it may be suspended in an await"
-        ], "waiting goes on until the build ends"
+        ["the builder has run on the main actor for \(ran); it may be suspended in an await"],
+        "waiting goes on until the build ends"
       )
     case .mainQueue(let owner):
       return explainHolder(owner, state: state, stuck: stuck, hint: trackedWaitHint)

@@ -6,7 +6,8 @@
 /// a thread whose wait began while it held the main queue), a serial queue's owner, a thread a
 /// waiter named, the performers of a unit of work. `/proc` plays no part.
 struct WaitGraph {
-  /// One thread's wait at this reading, as plain data: the detector keeps no wait object.
+  /// One thread's wait at this reading, as plain data: the detector keeps no wait object. In a
+  /// deadlock, it is one line of the report: the wait and the threads that block it.
   struct Node {
     let thread: ThreadID
     /// The wait object's identity and its thread's publication count: the same wait, if both
@@ -24,12 +25,6 @@ struct WaitGraph {
     let waitsForMainQueueInitializer: Bool
     let call: String
     let waitsFor: String
-  }
-
-  /// One line of a deadlock: `node`'s wait is blocked by `blockers`, each in the deadlock.
-  struct Edge {
-    let node: Node
-    let blockers: [ThreadID]
   }
 
   private(set) var nodes: [ThreadID: Node] = [:]
@@ -84,69 +79,68 @@ struct WaitGraph {
   /// that `thread`'s wait depends on, starting with its own. A thread can go on if any thread
   /// one of its blockers is can (a unit of work ends when any performer finishes it); what is
   /// left once no more threads can be struck off is deadlocked.
-  func deadlock(through thread: ThreadID) -> [Edge]? {
+  func deadlock(through thread: ThreadID) -> [Node]? {
     var stuck = Set(nodes.keys)
     var changed = true
     while changed {
       changed = false
-      for (id, node) in nodes where stuck.contains(id) {
-        if node.blockers.contains(where: { !stuck.contains($0) }) {
-          stuck.remove(id)
-          changed = true
-        }
+      for (id, node) in nodes
+      where stuck.contains(id) && node.blockers.contains(where: { !stuck.contains($0) }) {
+        stuck.remove(id)
+        changed = true
       }
     }
     guard stuck.contains(thread) else { return nil }
     // Every stuck thread `thread` depends on, in the order a walk from it meets them.
-    var edges: [Edge] = []
+    var waits: [Node] = []
     var seen: Set<ThreadID> = [thread]
     var pending = [thread]
     while !pending.isEmpty {
       let node = nodes[pending.removeFirst()]!
-      edges.append(Edge(node: node, blockers: node.blockers))
+      waits.append(node)
       for next in node.blockers where seen.insert(next).inserted { pending.append(next) }
     }
-    return edges
+    return waits
   }
 }
 
 /// A deadlock found at one reading, waiting for its evidence: the same waits, blocked the same
 /// way, at a later reading, and every sliced wait through a slice that began after this one.
 struct Suspect {
-  let edges: [WaitGraph.Edge]
+  let edges: [WaitGraph.Node]
 
   /// Whether `later` shows the same deadlock: the same waits, each blocked the same way.
-  func isSame(as later: [WaitGraph.Edge]) -> Bool {
+  func isSame(as later: [WaitGraph.Node]) -> Bool {
     later.count == edges.count
       && zip(edges, later).allSatisfy { before, after in
-        before.node.thread == after.node.thread && before.node.identity == after.node.identity
-          && before.node.publication == after.node.publication
-          && before.node.epoch == after.node.epoch && before.blockers == after.blockers
+        before.thread == after.thread && before.identity == after.identity
+          && before.publication == after.publication
+          && before.epoch == after.epoch && before.blockers == after.blockers
       }
   }
 
   /// Whether `later` is the same deadlock, with the evidence in: every sliced wait has timed
   /// out a slice that began after this reading.
-  func isProven(by later: [WaitGraph.Edge]) -> Bool {
+  func isProven(by later: [WaitGraph.Node]) -> Bool {
     isSame(as: later)
       && zip(edges, later).allSatisfy { before, after in
-        before.node.proof != .slices
-          || after.node.slices.lastTimedOut > before.node.slices.started
+        before.proof != .slices
+          || after.slices.lastTimedOut > before.slices.started
       }
   }
 
   /// The deadlock's waits, as the same deadlock seen from any of its threads names them.
   var signature: [UInt] {
-    edges.map { [UInt(bitPattern: Int($0.node.thread.rawValue)), $0.node.publication] }
+    edges.map { [UInt(bitPattern: Int($0.thread.rawValue)), $0.publication] }
       .sorted { $0[0] < $1[0] }.flatMap { $0 }
   }
 
   /// Whether every wait of the deadlock can prove that it is blocked: none is a
   /// `withTrackedWait` or has a deadline.
   var canBeProven: Bool {
-    edges.allSatisfy { $0.node.proof == .structural || $0.node.proof == .slices }
+    edges.allSatisfy { $0.proof == .structural || $0.proof == .slices }
   }
 
   /// Whether a second reading at once can prove it: no wait of it is sliced.
-  var needsNoSlice: Bool { edges.allSatisfy { $0.node.proof == .structural } }
+  var needsNoSlice: Bool { edges.allSatisfy { $0.proof == .structural } }
 }
