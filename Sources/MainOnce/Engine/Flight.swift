@@ -84,48 +84,41 @@ final class Flight: @unchecked Sendable {
   /// The parking of the wait without an attempt that blocks the main queue now, if one does:
   /// every attempt queued while it waits wakes it, to run the attempts no hop can
   /// (`MainQueueEngine.serve(until:on:parking:)`).
-  @exclusivity(unchecked) nonisolated(unsafe) private static var servingWait: Parking?
+  @exclusivity(unchecked) nonisolated(unsafe) private static var servingWait: ParkedThread?
 
   /// Makes `parking` the serving wait's (`nil`: none), and returns the one it replaces: a wait
   /// nested in an attempt that the outer one runs puts that one back when it ends.
-  static func serve(with parking: Parking?, holding _: borrowing OnceCell.Held) -> Parking? {
+  static func serve(
+    with parking: ParkedThread?, holding _: borrowing OnceCell.Held
+  ) -> ParkedThread? {
     defer { servingWait = parking }
     return servingWait
   }
 
   /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:bringsAttempt:)``: queues `waiter`
-  /// unless it is re-entrant or cancelled. A hop it must send is marked as on its way: send it
-  /// once the lock is released. A wait that serves the main queue is woken for every attempt
-  /// queued, hop or not: a hop it made unnecessary by running its flight's attempts stays on
-  /// its way, and the next attempt of that flight sends none.
+  /// unless it is re-entrant or cancelled, and returns what it does next and the effects to
+  /// perform. A caller that does not block (`timed`: a task, a completion handler) starts the
+  /// flight's stall timer if it is the first to wait. The waiter refers to the flight from here
+  /// on, unless it is answered on the spot (which clears it) or re-entrant (which stops).
   func arrive(
     _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false,
-    holding _: borrowing OnceCell.Held
-  ) -> Arrival<Waiter, ThreadID> {
-    let arrival = transition {
+    timed: Bool = false, holding _: borrowing OnceCell.Held
+  ) -> (Arrival<Waiter, ThreadID>, FlightEffects<WaiterQueue>) {
+    waiter.flight = self
+    var step = transition {
       $0.arrive(
         waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled,
         bringsAttempt: waiter.bringsAttempt)
     }
-    switch arrival {
-    case .cancelled, .reentrant: break
-    case .wait(let sendsHop):
-      waiter.flight = self
-      if sendsHop { Self.awaitingHop.append(self) }
-      if waiter.bringsAttempt { Self.servingWait?.unpark() }
-    case .drive, .runByAnotherThread: waiter.flight = self
-    }
-    return arrival
+    if timed, case .wait = step.0 { (step.1.startsTimer, marks.isTimed) = (!marks.isTimed, true) }
+    return step
   }
 
   /// ``FlightMachine/mainQueueReached(on:isHop:)``.
   func mainQueueReached(
     on thread: ThreadID, isHop: Bool, holding _: borrowing OnceCell.Held
-  ) -> HopStep<Waiter, ThreadID> {
-    if isHop, let index = Self.awaitingHop.firstIndex(where: { $0 === self }) {
-      Self.awaitingHop.remove(at: index)
-    }
-    return transition { $0.mainQueueReached(on: thread, isHop: isHop) }
+  ) -> (HopStep<Waiter, ThreadID>, FlightEffects<WaiterQueue>) {
+    transition { $0.mainQueueReached(on: thread, isHop: isHop) }
   }
 
   /// ``FlightMachine/init(callers:adopting:runBy:)``: takes over an attempt that `thread` runs
@@ -148,40 +141,37 @@ final class Flight: @unchecked Sendable {
   /// Whether a caller's attempt is queued, not started yet.
   func hasQueuedAttempt(holding _: borrowing OnceCell.Held) -> Bool { machine.hasQueuedAttempt }
 
-  /// ``FlightMachine/startNextAttempt(on:)``.
+  /// ``FlightMachine/startNextAttempt(on:)``: the caller whose attempt `thread` runs next, and
+  /// that attempt.
   func startNextAttempt(on thread: ThreadID, holding _: borrowing OnceCell.Held) -> Waiter? {
     transition { $0.startNextAttempt(on: thread) }
   }
 
-  /// ``FlightMachine/finish(_:with:resolve:)``: records the end of `owner`'s attempt, resolves
-  /// the callers it ends, and publishes a success if a borrower waits.
-  func finish(
-    _ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes,
+  /// ``FlightMachine/settle(_:with:on:)``: records the end of `owner`'s attempt, its value or
+  /// its error, and starts the next on `thread`. When nothing runs next, a stall an observer
+  /// reported has ended.
+  func settle(
+    _ owner: Waiter, with result: Result<UInt, any Error>, on thread: ThreadID,
     holding held: borrowing OnceCell.Held
-  ) {
-    let value: UInt?
-    var failure: (any Error)?
-    switch result {
-    case .success(let success): value = success
-    case .failure(let error): (value, failure) = (nil, error)
+  ) -> (next: Waiter?, FlightEffects<WaiterQueue>) {
+    var step = transition { $0.settle(owner, with: try? result.get(), on: thread) }
+    if case .failure(let error) = result { step.1.failure = error }
+    if step.next == nil, marks.reportedSince != nil, let since = endOfReportedStall(holding: held) {
+      step.1.stallEnded = (since, machine.outcome != nil)
     }
-    let borrower = transition {
-      $0.finish(owner, with: value) { wakes.resolve($0, Resolution($1, failure: failure)) }
-    }
-    // Published last: a caller that finds the word done on the fast path submits its
-    // completion handler after every queued one. The borrower is resolved but not yet woken,
-    // so its storage is still in place.
-    if let value, let storage = borrower?.storage {
-      OnceCell.publish(value, in: storage, holding: held)
-    }
+    return step
   }
 
-  /// ``FlightMachine/cancel(_:resolve:)``: takes a task's waiter out of the queue after its
-  /// task was cancelled, unless its attempt has started or it is resolved already.
-  func cancel(_ waiter: Waiter, into wakes: inout Wakes, holding _: borrowing OnceCell.Held) {
-    transition { $0.cancel(waiter) { wakes.resolve($0, Resolution($1, failure: nil)) } }
+  /// ``FlightMachine/cancel(_:)``: takes a task's waiter out of the queue after its task was
+  /// cancelled, unless its attempt has started or it is resolved already.
+  func cancel(
+    _ waiter: Waiter, holding held: borrowing OnceCell.Held
+  ) -> FlightEffects<WaiterQueue> {
+    var effects = transition { $0.cancel(waiter) }
     // Nobody is left to watch for: the next caller that does not block starts a timer again.
     if machine.callers.isEmpty { marks.isTimed = false }
+    if let since = endOfReportedStall(holding: held) { effects.stallEnded = (since, false) }
+    return effects
   }
 
   /// Applies one transition of the machine, then what the engine keeps beside it: the epoch its
@@ -228,22 +218,84 @@ final class Flight: @unchecked Sendable {
     flight.release()
   }
 
-  /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed(strand:)``), and
-  /// returns the completion-form waits that nothing can answer any more, which it has let go:
-  /// release them after the lock. A look of the flight's stall timer asks: a flight with such a
-  /// wait has one running, started by the first caller that does not block, and stopped (and
-  /// forgotten, so that the next such caller starts one again) only once no caller is left.
-  func strandedWaits(holding _: borrowing OnceCell.Held) -> [Waiter] {
-    guard storageIsGone.load(ordering: .acquiring) else { return [] }
-    var stranded: [Waiter] = []
-    transition { $0.storageFreed { stranded.append($0) } }
-    return stranded
+  /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed()``): its
+  /// effects let go of the completion-form waits that nothing can answer any more, after the
+  /// lock, and tell the observer that a stall it reported about them ended. A look of the
+  /// flight's stall timer asks: a flight with such a wait has one running, started by the first
+  /// caller that does not block, and stopped (and forgotten, so that the next such caller starts
+  /// one again) only once no caller is left.
+  func strandedWaits(holding held: borrowing OnceCell.Held) -> FlightEffects<WaiterQueue> {
+    guard storageIsGone.load(ordering: .acquiring) else { return FlightEffects() }
+    var effects = transition { $0.storageFreed() }
+    if !effects.callers.isEmpty, let since = endOfReportedStall(holding: held) {
+      effects.stallEnded = (since, false)
+    }
+    return effects
   }
 
   private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {
     guard raw & 0b11 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
     return Unmanaged<Flight>.fromOpaque(pointer)
   }
+}
+
+// MARK: - Where a flight's effects are performed
+
+extension Flight: FlightShell {
+  typealias Callers = WaiterQueue
+
+  func wakeup(of waiter: Waiter) -> Waiter.Kind { waiter.kind }
+
+  func servingWait(holding _: borrowing OnceCell.Held) -> ParkedThread? { Self.servingWait }
+
+  func listAwaitingHop(_ awaits: Bool, holding _: borrowing OnceCell.Held) {
+    if awaits { Self.awaitingHop.append(self) } else { Self.awaitingHop.removeAll { $0 === self } }
+  }
+
+  /// The waiter leaves the flight, and from here on nothing runs its attempt. The releasing
+  /// store orders the answer before any read that finds it set.
+  func record(
+    _ verdict: Verdict, failure: (any Error)?, of waiter: Waiter, holding _: borrowing OnceCell.Held
+  ) {
+    waiter.flight = nil
+    waiter.resolution = verdict == .done ? .done : Resolution(verdict, failure: failure)
+    waiter.isResolved.store(true, ordering: .releasing)
+  }
+
+  func release(
+    _ submit: @Sendable (Resolution) -> Void, of waiter: Waiter, holding _: borrowing OnceCell.Held
+  ) {
+    submit(waiter.resolution!)
+  }
+
+  func publish(_ value: UInt, through waiter: Waiter, holding held: borrowing OnceCell.Held) {
+    OnceCell.publish(value, in: waiter.storage!, holding: held)
+  }
+
+  func unpark(_ parked: ParkedThread) { parked.parking.unpark() }
+
+  func sendHop() { MainQueueEngine.sendHop(for: self) }
+
+  func startTimer() { startStallTimer() }
+
+  func tellStallEnded(since: UInt64, finished: Bool) {
+    MainQueueEngine.observer?.reportedWaitEnded(self, finished: finished, waitingSince: since)
+  }
+
+  // Nothing reads a caller's attempt once it is out of the flight, and its thread reuses the
+  // record only once woken. A stranded wait brought none: the interpreter's reference, dropped
+  // right after this, is its last, and takes its handler with it.
+  func letGo(_ waiter: Waiter) { waiter.attempt = nil }
+
+  func resume(_ continuation: UnsafeContinuation<Resolution, Never>?, of waiter: Waiter) {
+    continuation?.resume(returning: waiter.resolution!)
+  }
+}
+
+/// A thread parked in a wait: where it sleeps, and which thread it is.
+struct ParkedThread {
+  let parking: Parking
+  let id: ThreadID
 }
 
 /// The thread running a flight's attempts, the call whose attempt runs, and since when.
@@ -278,26 +330,24 @@ final class Waiter: @unchecked Sendable {
   // accessors that take it. The others: `resolution`, which is written once under the lock before
   // the caller is told and read by the caller after it is told (through the lock, the parking's
   // semaphore or the continuation, each of which orders the two); `kind` and `resolution`, which
-  // `Wakes.deliver` reads after the lock is released, on the thread that resolved the caller under
+  // the interpreter (`FlightEffects.performAfterLock`) reads after the lock is released, on the
+  // thread that answered the caller under
   // it, before it wakes the caller (neither is written again until the caller's thread reuses the
   // record); `attempt`, which only the runner reads, without the lock, while the caller waits for
-  // it, and `Wakes.deliver` clears after the lock, on the thread that resolved the caller, before
+  // it, and the interpreter lets go of after the lock, on the thread that answered the caller, before
   // it wakes it (nothing reads it once the caller is resolved); `isResolved`, an atomic; and every
   // field written by ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread
   // that owns the record, once nothing else refers to it (see
   // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``): whoever let it go did so after
   // its last read, and its release orders that read before the uniqueness check.
 
-  /// How the caller learns its resolution: a parked thread is signalled; a suspended task
-  /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to
-  /// its queue, under the lock, so that handlers keep the order of the calls; main-context code
-  /// that runs the queue itself reads ``resolution`` when it is done.
-  enum Kind {
-    case thread(Parking, ThreadID)
-    case task(UnsafeContinuation<Resolution, Never>?)
-    case handler(@Sendable (Resolution) -> Void)
-    case inPlace
-  }
+  /// How the caller learns its resolution (see ``Wakeup``): a parked thread is unparked; a
+  /// suspended task (`nil` until it has suspended) is resumed; a completion-form call's handler
+  /// is released to its queue, under the lock, so that handlers keep the order of the calls;
+  /// main-context code that runs the queue itself reads ``resolution`` when it is done.
+  typealias Kind = Wakeup<
+    ParkedThread, UnsafeContinuation<Resolution, Never>?, @Sendable (Resolution) -> Void
+  >
 
   @exclusivity(unchecked) private(set) var site: CallSite
   @exclusivity(unchecked) private(set) var label: CellLabel
@@ -325,6 +375,8 @@ final class Waiter: @unchecked Sendable {
   /// Whether ``resolution`` is set, read without the lock (by the deadlock detector).
   let isResolved = Atomic(false)
 
+  /// A caller that brings an attempt (`nil` only for the stand-in for an in-place run, whose
+  /// attempt runs already).
   init(
     site: CallSite, label: CellLabel, kind: Kind, attempt: Attempt?,
     storage: UnsafePointer<_OnceWord>?
@@ -334,7 +386,6 @@ final class Waiter: @unchecked Sendable {
     self.kind = kind
     self.attempt = attempt
     self.storage = storage
-    // Its attempt may be running already: the stand-in for an in-place run brings none here.
     bringsAttempt = true
   }
 
@@ -380,49 +431,16 @@ final class Waiter: @unchecked Sendable {
   }
 }
 
-/// Resolutions decided under the lock, delivered once it is released. The first waiter
-/// resolved is kept inline (a first call resolves one), the others in an array.
-struct Wakes {
-  private var first: Waiter?
-  private var others: [Waiter] = []
-
-  /// Resolves `waiter`. Under the lock: from here on nothing runs its attempt, and a
-  /// completion handler is submitted right away, in order.
-  mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
-    waiter.flight = nil
-    waiter.resolution = resolution
-    waiter.isResolved.store(true, ordering: .releasing)
-    if case .handler(let submit) = waiter.kind { submit(resolution) }
-    if first == nil { first = waiter } else { others.append(waiter) }
-  }
-
-  /// Lets go of each resolved caller's attempt, then wakes the parked threads and resumes the
-  /// tasks. After the lock is released: an attempt may hold the last reference to anything,
-  /// whose deinit may call MainOnce. Before the wake: a blocking caller's attempt must be let go
-  /// before its call returns.
-  func deliver() {
-    func wake(_ waiter: Waiter) {
-      // Nothing reads a resolved caller's attempt, and its thread reuses the record only
-      // once woken.
-      waiter.attempt = nil
-      switch waiter.kind {
-      case .thread(let parking, _): parking.unpark()
-      case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
-      case .handler, .inPlace: break
-      }
-    }
-    if let first { wake(first) }
-    others.forEach(wake)
-  }
-}
-
 /// The callers of a flight, in arrival order: a list threaded through the waiters, so that
 /// queueing one allocates nothing; each caller's phase is kept in its waiter. Under the lock.
-struct WaiterQueue: Sequence, FlightCallers {
+struct WaiterQueue: FlightCallers, CallerBatch {
   typealias Thread = ThreadID
+  typealias Batch = WaiterQueue
 
   private var head: Waiter?
   private var tail: Waiter?
+
+  init() {}
 
   var isEmpty: Bool { head == nil }
 
@@ -465,14 +483,11 @@ struct WaiterQueue: Sequence, FlightCallers {
     return waiter
   }
 
-  func makeIterator() -> Iterator { Iterator(current: head) }
-
-  struct Iterator: IteratorProtocol {
-    var current: Waiter?
-
-    mutating func next() -> Waiter? {
-      defer { current = current?.next }
-      return current
+  func makeIterator() -> UnfoldSequence<Waiter, Waiter?> {
+    sequence(state: head) { current in
+      current.map {
+        current = $0.next; return $0
+      }
     }
   }
 }
