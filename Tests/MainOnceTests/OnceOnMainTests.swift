@@ -210,7 +210,7 @@ func waitingCallers(labelContaining text: String) -> Int {
     }
   }
   if let cell = cells.first as? RunOnceCell {
-    return RunOnceCell.lock.withLock { cell.current?.machine.waiting.count ?? 0 }
+    return RunOnceCell.withLock { _ in cell.current.map { Array($0.machine.waiting).count } ?? 0 }
   }
   return 0
 }

@@ -19,10 +19,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// A caller waiting for the runner, and what it is told.
   final class Waiter: Sendable {
-    enum Turn {
-      case done
-      case yours
-    }
+    typealias Turn = RunOnceTurn
     let thread: ThreadID
     let site: CallSite
     let parking: Parking
@@ -30,6 +27,10 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     // This is safe because it is written under the lock before `parking` is unparked, and read
     // by the waiter only after it wakes: the semaphore orders the two.
     nonisolated(unsafe) var turn: Turn?
+    // This is safe because it is read and written only by ``WaiterQueue``, inside the run's
+    // machine, under the lock, or by the batch of answered callers that owns the waiter after
+    // the lock, before it wakes it.
+    nonisolated(unsafe) fileprivate var next: Waiter?
     let isResolved = Atomic(false)
 
     init(thread: ThreadID, site: CallSite, parking: Parking, cell: RunOnceCell) {
@@ -40,9 +41,36 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     }
   }
 
+  /// The waiters of a run, in arrival order: a list threaded through them, so that queueing
+  /// one allocates nothing. Under the lock, or owned by the effects that answered them.
+  struct WaiterQueue: CallerBatch {
+    private var head: Waiter?
+    private var tail: Waiter?
+
+    init() {}
+
+    mutating func append(_ waiter: Waiter) {
+      waiter.next = nil
+      if let tail { tail.next = waiter } else { head = waiter }
+      tail = waiter
+    }
+
+    mutating func removeFirst() -> Waiter? {
+      guard let waiter = head else { return nil }
+      head = waiter.next
+      if head == nil { tail = nil }
+      waiter.next = nil
+      return waiter
+    }
+
+    func makeIterator() -> UnfoldSequence<Waiter, Waiter?> {
+      sequence(state: head) { current in current.map { current = $0.next; return $0 } }
+    }
+  }
+
   /// A run in progress: its machine (the thread running a body, and the callers waiting).
   final class Run {
-    var machine: RunOnceMachine<Waiter, ThreadID>
+    var machine: RunOnceMachine<WaiterQueue, ThreadID>
     /// Bumped whenever the runner changes, for the deadlock detector.
     let epoch = Atomic<UInt>(0)
 
@@ -53,6 +81,19 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time.
   static let lock = Lock(rank: .runOnceCell)
+
+  /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
+  /// only borrows it.
+  struct Held: ~Copyable {
+    fileprivate init() {}
+  }
+
+  /// Runs `body` holding the lock that guards every `runOnce(for:)` run.
+  static func withLock<Result, Failure: Error>(
+    _ body: (borrowing Held) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+  }
 
   /// The run in progress, if any.
   private(set) var current: Run?
@@ -78,7 +119,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     let thread = ThreadRecord.current(at: site)
     let parking = thread.takeParking()
     defer { thread.returnParking(parking) }
-    var step = Self.lock.withLock { () -> Step in
+    var step = Self.withLock { _ -> Step in
       if word.isPublished { return .done }
       guard let current else {
         current = Run(runner: thread.id)
@@ -104,33 +145,46 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         do {
           try body()
         } catch {
-          let next = Self.lock.withLock { () -> Waiter? in
-            guard let run = current, let next = run.machine.bodyThrew(threadOf: \.thread) else {
-              current = nil
-              return nil
-            }
+          transition { run in
             run.epoch.add(1, ordering: .releasing)
-            return resolve(next, .yours)
+            return run.machine.bodyThrew(threadOf: \.thread)
           }
-          next?.parking.unpark()
           throw error
         }
-        let woken = Self.lock.withLock { () -> [Waiter] in
-          word.word.store(0, ordering: .releasing)
-          defer { current = nil }
-          return current?.machine.bodyReturned().map { resolve($0, .done) } ?? []
-        }
-        for waiter in woken { waiter.parking.unpark() }
+        transition { $0.machine.bodyReturned() }
         return
       }
     }
   }
 
-  private func resolve(_ waiter: Waiter, _ turn: Waiter.Turn) -> Waiter {
+  /// Makes one transition of the run in progress under the lock, and performs its effects
+  /// there and after the lock (see `RunOnceMachine.swift`), with this cell as their place.
+  private func transition(_ body: (Run) -> RunOnceEffects<WaiterQueue>) {
+    var shell = self
+    let effects = Self.withLock { held in
+      let effects = body(current!)
+      effects.performUnderLock(in: &shell, holding: held)
+      return effects
+    }
+    effects.performAfterLock(in: &shell)
+  }
+}
+
+// MARK: - Where a run's effects are performed
+
+extension RunOnceCell: RunOnceShell {
+  typealias Callers = WaiterQueue
+
+  func publish(holding _: borrowing Held) { word.word.store(0, ordering: .releasing) }
+
+  func record(_ turn: RunOnceTurn, of waiter: Waiter, holding _: borrowing Held) {
     waiter.turn = turn
     waiter.isResolved.store(true, ordering: .releasing)
-    return waiter
   }
+
+  func endRun(holding _: borrowing Held) { current = nil }
+
+  func unpark(_ waiter: Waiter) { waiter.parking.unpark() }
 }
 
 extension RunOnceCell.Waiter: BlockingWait {
@@ -140,14 +194,14 @@ extension RunOnceCell.Waiter: BlockingWait {
   var isOver: Bool { isResolved.load(ordering: .acquiring) }
 
   func blockers() -> Blockers {
-    RunOnceCell.lock.withLock {
+    RunOnceCell.withLock { _ in
       guard turn == nil, let run = cell.current else { return .none }
       return .thread(run.machine.runner, reason: ", which runs it")
     }
   }
 
   var epoch: UInt {
-    RunOnceCell.lock.withLock { cell.current?.epoch.load(ordering: .acquiring) ?? 0 }
+    RunOnceCell.withLock { _ in cell.current?.epoch.load(ordering: .acquiring) ?? 0 }
   }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
   var call: String { "runOnce(for:) at \(site)" }
