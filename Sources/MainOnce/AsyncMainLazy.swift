@@ -202,32 +202,39 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       insideBuild: AsyncBuild.Marker.current?.build, site: site, bringsBuild: bringsBuild)
     let outcome = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, joined, starts, times) = AsyncBuild.lock.withLock {
-          () -> (AsyncBuild.Outcome?, AsyncBuild?, Bool, Bool) in
-          if _storage.isPublished { return (.built, nil, false, false) }
+        var shell = Shell(lazy: self)
+        let (now, effects, times) = AsyncBuild.withLock {
+          held -> (AsyncBuild.Outcome?, AsyncBuildEffects<AsyncBuild.CallerQueue>, Bool) in
+          if _storage.isPublished { return (.built, AsyncBuildEffects(), false) }
           caller.continuation = continuation
-          guard
-            case .joins(let starts) = current.machine.arrive(
-              caller, isCancelled: caller.isCancelled, bringsBuild: bringsBuild)
-          else { return (.cancelled, nil, false, false) }
+          let (arrival, effects) = current.machine.arrive(
+            caller, isCancelled: caller.isCancelled, bringsBuild: bringsBuild)
+          // A caller cancelled before it arrived is answered by the effects, and never joins.
+          guard case .joins = arrival else { return (nil, effects, false) }
           let build = current.build ?? AsyncBuild(label: label, slot: current)
           current.build = build
+          shell.build = build
           if caller.awaitsItsOwnBuild(build) {
             Diagnostics.reentrance(
               label, firstCall: declaration, secondCall: caller.site, waits: !bringsBuild)
           }
+          effects.performUnderLock(in: &shell, holding: held)
           defer { build.isTimed = true }
-          return (nil, build, starts, !build.isTimed)
+          return (nil, effects, !build.isTimed)
         }
         if let now { return continuation.resume(returning: now) }
-        if starts { start(joined!) }
-        if times { joined!.startStallTimer() }
+        effects.performAfterLock(in: &shell)
+        if times { shell.build!.startStallTimer() }
       }
     } onCancel: {
-      let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
-        guard let build = current.build, current.machine.cancel(where: { $0 === caller }) else {
+      var shell = Shell(lazy: self)
+      let (build, effects) = AsyncBuild.withLock {
+        held -> (AsyncBuild?, AsyncBuildEffects<AsyncBuild.CallerQueue>?) in
+        guard let build = current.build,
+          let effects = current.machine.cancel(where: { $0 === caller })
+        else {
           caller.isCancelled = true
-          return nil
+          return (nil, nil)
         }
         // Nobody is left to watch for: the next caller starts a timer again.
         if current.machine.callers.isEmpty {
@@ -238,11 +245,12 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
             build.isOver = true
           }
         }
-        return build
+        effects.performUnderLock(in: &shell, holding: held)
+        return (build, effects)
       }
       guard let build else { return }
       build.reportEndIfReported(finished: false)
-      caller.continuation?.resume(returning: .cancelled)
+      effects?.performAfterLock(in: &shell)
     }
     switch outcome {
     case .built: return UnsafePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped.pointee
@@ -282,7 +290,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Runs the builder, once the build has reached the main actor.
   @MainActor
   private func runBuilder(_ build: AsyncBuild) async throws -> Value {
-    let builder = AsyncBuild.lock.withLock {
+    let builder = AsyncBuild.withLock { _ in
       build.hasStarted = true
       build.startedAt = Platform.monotonicNanoseconds()
       return self.builder.build
@@ -299,21 +307,15 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// A success releases the builder, and what it captured; after a failure it is kept for the
   /// next build.
   private func finish(_ build: AsyncBuild, built: Result<UInt, any Error>) {
-    let storage = _storage.address
-    var released: (@MainActor @Sendable () async throws -> Value)?
+    var shell = Shell(lazy: self)
     var next: AsyncBuild?
-    let callers = AsyncBuild.lock.withLock { () -> [AsyncBuild.Caller] in
-      var succeeded = false
-      if case .success(let built) = built {
-        storage.pointee.word.store(built, ordering: .releasing)
-        // Released after the lock: a captured object's deinit may do anything.
-        swap(&released, &builder.build)
-        succeeded = true
-      }
+    let effects = AsyncBuild.withLock { held in
+      var effects = current.machine.buildEnded(with: try? built.get()) { $0.bringsBuild }
+      if case .failure(let error) = built { effects.failure = error }
+      effects.performUnderLock(in: &shell, holding: held)
       current.build = nil
       build.isOver = true
       build.task = nil
-      let answered = current.machine.buildEnded(succeeded: succeeded) { $0.bringsBuild }
       // Waits that never build outlive a build that threw: they wait for the next one, in a
       // build nobody has started yet, which takes over a stall reported about them (its end is
       // reported when they stop waiting, not now).
@@ -324,16 +326,45 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         current.build = waiting
         next = waiting
       }
-      return answered
+      return effects
     }
-    released = nil
-    let outcome: AsyncBuild.Outcome =
-      switch built {
-      case .success: .built
-      case .failure(let error): .failed(error)
-      }
     build.reportEndIfReported(finished: true)
     next?.startStallTimer()
-    for caller in callers { caller.continuation?.resume(returning: outcome) }
+    effects.performAfterLock(in: &shell)
+  }
+
+  /// The lazy value, where its builds' effects are performed (see `AsyncBuildMachine.swift`).
+  private struct Shell: AsyncBuildShell {
+    typealias Callers = AsyncBuild.CallerQueue
+
+    let lazy: AsyncMainLazy
+    /// The build the caller joined, which the effects may start.
+    var build: AsyncBuild?
+    /// The builder a success took out, let go of after the lock.
+    var released: (@MainActor @Sendable () async throws -> Value)?
+
+    init(lazy: AsyncMainLazy) { self.lazy = lazy }
+
+    mutating func publish(_ value: UInt, holding _: borrowing AsyncBuild.Held) {
+      lazy._storage.word.store(value, ordering: .releasing)
+      swap(&released, &lazy.builder.build)
+    }
+
+    // Released here, after the lock: a captured object's deinit may do anything.
+    mutating func letGoOfBuilder() { released = nil }
+
+    mutating func startBuild() { lazy.start(build!) }
+
+    mutating func resume(
+      _ caller: AsyncBuild.Caller, with verdict: Verdict, failure: (any Error)?
+    ) {
+      let outcome: AsyncBuild.Outcome =
+        switch verdict {
+        case .done: .built
+        case .failed: .failed(failure!)
+        case .cancelled: .cancelled
+        }
+      caller.continuation?.resume(returning: outcome)
+    }
   }
 }

@@ -151,7 +151,8 @@ enum RunOnceModel {
       world.isDone = true
     }
 
-    mutating func record(_ turn: RunOnceTurn, of caller: Int, holding _: borrowing RunOnceCell.Held) {
+    mutating func record(_ turn: RunOnceTurn, of caller: Int, holding _: borrowing RunOnceCell.Held)
+    {
       if !world.parked[caller] { violations.append("caller \(caller) was answered, not waiting") }
       switch turn {
       case .done: answer(caller, .done)

@@ -9,15 +9,28 @@ final class AsyncBuild: @unchecked Sendable {
   // `task` are only read and written under `lock`.
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
-  /// on the slow path, for a few instructions at a time.
-  static let lock = Lock(rank: .asyncBuild)
+  /// on the slow path, for a few instructions at a time, through ``withLock(_:)``.
+  private static let lock = Lock(rank: .asyncBuild)
+
+  /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
+  /// only borrows it, so no code outside the lock's scope can have one.
+  struct Held: ~Copyable {
+    fileprivate init() {}
+  }
+
+  /// Runs `body` holding the lock that guards every build.
+  static func withLock<Result, Failure: Error>(
+    _ body: (borrowing Held) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+  }
 
   /// A lazy value's state machine (the table of `AsyncBuildMachine.swift`), and its build in
   /// flight, if any; guarded by ``lock``.
   final class Slot: @unchecked Sendable {
     // This is safe because `machine` and `build` are only read and written under
     // `AsyncBuild.lock`.
-    var machine = AsyncBuildMachine<Caller>()
+    var machine = AsyncBuildMachine<CallerQueue>()
     var build: AsyncBuild?
   }
 
@@ -66,6 +79,8 @@ final class AsyncBuild: @unchecked Sendable {
     let prefersBuildExecutor: Bool
     var continuation: UnsafeContinuation<Outcome, Never>?
     var isCancelled = false
+    /// The caller queued behind this one (see ``CallerQueue``).
+    fileprivate var next: Caller?
 
     init(insideBuild: AsyncBuild?, site: CallSite, bringsBuild: Bool) {
       self.site = site
@@ -91,6 +106,40 @@ final class AsyncBuild: @unchecked Sendable {
     /// a `Task { }`, or a child task that prefers an executor of its own. Called under the lock.
     func wasStartedInside(_ build: AsyncBuild) -> Bool {
       insideBuild === build && !prefersBuildExecutor
+    }
+  }
+
+  /// The callers of a lazy value's builds, in arrival order: a list threaded through them, so
+  /// that joining allocates nothing. Under ``lock``, inside the value's machine, or owned by the
+  /// effects that answered them after it, until they are resumed.
+  struct CallerQueue: CallerBatch {
+    private var head: Caller?
+    private var tail: Caller?
+
+    init() {}
+
+    var isEmpty: Bool { head == nil }
+
+    mutating func append(_ caller: Caller) {
+      caller.next = nil
+      if let tail { tail.next = caller } else { head = caller }
+      tail = caller
+    }
+
+    mutating func removeFirst() -> Caller? {
+      guard let caller = head else { return nil }
+      head = caller.next
+      if head == nil { tail = nil }
+      caller.next = nil
+      return caller
+    }
+
+    func makeIterator() -> UnfoldSequence<Caller, Caller?> {
+      sequence(state: head) { current in
+        current.map {
+          current = $0.next; return $0
+        }
+      }
     }
   }
 
@@ -121,11 +170,11 @@ final class AsyncBuild: @unchecked Sendable {
   }
 
   /// The callers waiting for this build: none once it is over. Under ``lock``.
-  var callers: [Caller] { isOver ? [] : slot.machine.callers }
+  var callers: [Caller] { isOver ? [] : Array(slot.machine.callers) }
 
   /// Records the calling task as the build's own task. Called first thing in that task.
   func noteBuildTask() {
-    withUnsafeCurrentTask { task in Self.lock.withLock { self.task = task } }
+    withUnsafeCurrentTask { task in Self.withLock { _ in self.task = task } }
   }
 
   /// Whether the calling task is the build's own task. Called under ``lock``.
@@ -137,7 +186,7 @@ final class AsyncBuild: @unchecked Sendable {
   /// Reports the end of a reported stall, once, when the build is over (`finished`) or nobody
   /// waits for it any more.
   func reportEndIfReported(finished: Bool) {
-    let since = Self.lock.withLock { () -> UInt64? in
+    let since = Self.withLock { _ -> UInt64? in
       guard finished || callers.isEmpty else { return nil }
       defer { reportedSince = nil }
       return reportedSince
@@ -150,7 +199,7 @@ final class AsyncBuild: @unchecked Sendable {
 
 extension AsyncBuild: TimedSubject {
   func stallSnapshot() -> StallSnapshot? {
-    Self.lock.withLock {
+    Self.withLock { _ in
       guard !isOver else { return nil }
       var snapshot = StallSnapshot(
         callers: callers.map {
@@ -177,7 +226,7 @@ extension AsyncBuild: TimedSubject {
   func timerLook() -> StallSnapshot? { stallSnapshot() }
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
-    Self.lock.withLock {
+    Self.withLock { _ in
       guard reportedSince == nil, !isOver else { return false }
       reportedSince = waitingSince
       return true

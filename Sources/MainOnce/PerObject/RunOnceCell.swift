@@ -64,7 +64,11 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     }
 
     func makeIterator() -> UnfoldSequence<Waiter, Waiter?> {
-      sequence(state: head) { current in current.map { current = $0.next; return $0 } }
+      sequence(state: head) { current in
+        current.map {
+          current = $0.next; return $0
+        }
+      }
     }
   }
 

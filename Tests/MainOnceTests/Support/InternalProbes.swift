@@ -5,7 +5,7 @@
 
 extension AsyncMainLazy {
   /// Whether a build is in flight.
-  var isBuilding: Bool { AsyncBuild.lock.withLock { current.build != nil } }
+  var isBuilding: Bool { AsyncBuild.withLock { _ in current.build != nil } }
 }
 
 extension ObjectCells.Table {
