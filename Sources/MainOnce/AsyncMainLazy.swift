@@ -49,9 +49,9 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   @usableFromInline
   let _storage = _OnceWord()
 
-  /// The build in flight, if any; guarded by ``AsyncBuild/lock``.
+  /// The build in flight, if any: reachable only with ``AsyncBuild``'s lock's proof.
   let current = AsyncBuild.Slot()
-  /// The builder until a build succeeds; guarded by ``AsyncBuild/lock``.
+  /// The builder until a build succeeds: reachable only with ``AsyncBuild``'s lock's proof.
   private let builder: Builder
   private let declaration: CallSite
 
@@ -73,9 +73,21 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
   /// Holds the builder until a build succeeds, then `nil` (see ``finish(_:built:)``).
   private final class Builder: @unchecked Sendable {
-    // This is safe because `build` is only read and written under `AsyncBuild.lock`.
-    var build: (@MainActor @Sendable () async throws -> Value)?
-    init(_ build: @escaping @MainActor @Sendable () async throws -> Value) { self.build = build }
+    // This is safe because its one field, `build`, is reachable only with the lock's proof (a
+    // `Guarded`), and the closure it holds is `Sendable`.
+    private var build: Guarded<(@MainActor @Sendable () async throws -> Value)?, AsyncBuild.Held>
+
+    init(_ build: @escaping @MainActor @Sendable () async throws -> Value) {
+      self.build = Guarded(build)
+    }
+
+    /// Reads or changes the builder, holding the lock.
+    func withBuild<Result>(
+      holding held: borrowing AsyncBuild.Held,
+      _ body: (inout (@MainActor @Sendable () async throws -> Value)?) -> Result
+    ) -> Result {
+      build.modify(held, body)
+    }
   }
 
   deinit {
@@ -206,21 +218,28 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         let (now, effects, times) = AsyncBuild.withLock {
           held -> (AsyncBuild.Outcome?, AsyncBuildEffects<AsyncBuild.CallerQueue>, Bool) in
           if _storage.isPublished { return (.built, AsyncBuildEffects(), false) }
-          caller.continuation = continuation
-          let (arrival, effects) = current.machine.arrive(
-            caller, isCancelled: caller.isCancelled, bringsBuild: bringsBuild)
-          // A caller cancelled before it arrived is answered by the effects, and never joins.
-          guard case .joins = arrival else { return (nil, effects, false) }
-          let build = current.build ?? AsyncBuild(label: label, slot: current)
-          current.build = build
+          let isCancelled = caller.suspend(with: continuation, holding: held)
+          let (arrival, effects, build) = current.withState(holding: held) { slot in
+            let (arrival, effects) = slot.machine.arrive(
+              caller, isCancelled: isCancelled, bringsBuild: bringsBuild)
+            // A caller cancelled before it arrived is answered by the effects, and never joins.
+            guard case .joins = arrival else { return (arrival, effects, AsyncBuild?.none) }
+            let build = slot.build ?? AsyncBuild(label: label, slot: current)
+            slot.build = build
+            return (arrival, effects, build)
+          }
+          guard case .joins = arrival, let build else { return (nil, effects, false) }
           shell.build = build
-          if caller.awaitsItsOwnBuild(build) {
+          if caller.awaitsItsOwnBuild(build, holding: held) {
             Diagnostics.reentrance(
               label, firstCall: declaration, secondCall: caller.site, waits: !bringsBuild)
           }
           effects.performUnderLock(in: &shell, holding: held)
-          defer { build.isTimed = true }
-          return (nil, effects, !build.isTimed)
+          let times = build.withState(holding: held) { state in
+            defer { state.isTimed = true }
+            return !state.isTimed
+          }
+          return (nil, effects, times)
         }
         if let now { return continuation.resume(returning: now) }
         effects.performAfterLock(in: &shell)
@@ -230,19 +249,22 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       var shell = Shell(lazy: self)
       let (build, effects) = AsyncBuild.withLock {
         held -> (AsyncBuild?, AsyncBuildEffects<AsyncBuild.CallerQueue>?) in
-        guard let build = current.build,
-          let effects = current.machine.cancel(where: { $0 === caller })
-        else {
-          caller.isCancelled = true
+        let cancelled = current.withState(holding: held) { slot in
+          slot.build.flatMap { build in
+            slot.machine.cancel(where: { $0 === caller }).map { (build, $0, slot.machine) }
+          }
+        }
+        guard let (build, effects, machine) = cancelled else {
+          caller.noteCancelled(holding: held)
           return (nil, nil)
         }
         // Nobody is left to watch for: the next caller starts a timer again.
-        if current.machine.callers.isEmpty {
-          build.isTimed = false
+        if machine.callers.isEmpty {
+          build.withState(holding: held) { $0.isTimed = false }
           // A build nobody started, made for waits that never build, is over when they leave.
-          if !current.machine.isBuilding {
-            current.build = nil
-            build.isOver = true
+          if !machine.isBuilding {
+            current.withState(holding: held) { $0.build = nil }
+            build.withState(holding: held) { $0.isOver = true }
           }
         }
         effects.performUnderLock(in: &shell, holding: held)
@@ -290,10 +312,12 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Runs the builder, once the build has reached the main actor.
   @MainActor
   private func runBuilder(_ build: AsyncBuild) async throws -> Value {
-    let builder = AsyncBuild.withLock { _ in
-      build.hasStarted = true
-      build.startedAt = Platform.monotonicNanoseconds()
-      return self.builder.build
+    let builder = AsyncBuild.withLock { held in
+      build.withState(holding: held) { state in
+        state.hasStarted = true
+        state.startedAt = Platform.monotonicNanoseconds()
+      }
+      return self.builder.withBuild(holding: held) { $0 }
     }
     // A build starts only while the value is not published, and `finish` releases the builder
     // when it publishes, under the same lock.
@@ -310,20 +334,31 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
     var shell = Shell(lazy: self)
     var next: AsyncBuild?
     let effects = AsyncBuild.withLock { held in
-      var effects = current.machine.buildEnded(with: try? built.get()) { $0.bringsBuild }
+      var (effects, waitsLeft) = current.withState(holding: held) { slot in
+        let effects = slot.machine.buildEnded(with: try? built.get()) { $0.bringsBuild }
+        slot.build = nil
+        return (effects, !slot.machine.callers.isEmpty)
+      }
       if case .failure(let error) = built { effects.failure = error }
       effects.performUnderLock(in: &shell, holding: held)
-      current.build = nil
-      build.isOver = true
-      build.task = nil
+      build.withState(holding: held) { state in
+        state.isOver = true
+        state.task = nil
+      }
       // Waits that never build outlive a build that threw: they wait for the next one, in a
       // build nobody has started yet, which takes over a stall reported about them (its end is
       // reported when they stop waiting, not now).
-      if !current.machine.callers.isEmpty {
+      if waitsLeft {
         let waiting = AsyncBuild(label: label, slot: current)
-        waiting.isTimed = true
-        swap(&waiting.reportedSince, &build.reportedSince)
-        current.build = waiting
+        let reportedSince = build.withState(holding: held) { state in
+          defer { state.reportedSince = nil }
+          return state.reportedSince
+        }
+        waiting.withState(holding: held) { state in
+          state.isTimed = true
+          state.reportedSince = reportedSince
+        }
+        current.withState(holding: held) { $0.build = waiting }
         next = waiting
       }
       return effects
@@ -345,9 +380,12 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
     init(lazy: AsyncMainLazy) { self.lazy = lazy }
 
-    mutating func publish(_ value: UInt, holding _: borrowing AsyncBuild.Held) {
+    mutating func publish(_ value: UInt, holding held: borrowing AsyncBuild.Held) {
       lazy._storage.word.store(value, ordering: .releasing)
-      swap(&released, &lazy.builder.build)
+      released = lazy.builder.withBuild(holding: held) { build in
+        defer { build = nil }
+        return build
+      }
     }
 
     // Released here, after the lock: a captured object's deinit may do anything.
@@ -364,7 +402,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
         case .failed: .failed(failure!)
         case .cancelled: .cancelled
         }
-      caller.continuation?.resume(returning: outcome)
+      caller.resumeAnswered(with: outcome)
     }
   }
 }

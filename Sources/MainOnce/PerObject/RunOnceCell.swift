@@ -13,9 +13,9 @@ internal import Synchronization
 /// acquiring load: the body's writes happen before every return. The run is an object of its
 /// own, dropped once done, so that a done call site keeps nothing but the cell.
 final class RunOnceCell: ObjectCell, @unchecked Sendable {
-  // This is safe because `current` and everything in a run are only read and written under
-  // `lock`, and a waiter's `turn` is written under the lock before it is signalled and read
-  // after it wakes.
+  // This is safe because its one mutable field, `current`, is reachable only with the lock's
+  // proof (``withRun(holding:_:)``, a `Guarded`), and so is the machine of the run it holds;
+  // what `ObjectCell` holds is safe for the reasons its comment gives.
 
   /// A caller waiting for the runner, and what it is told.
   final class Waiter: Sendable {
@@ -24,9 +24,10 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     let site: CallSite
     let parking: Parking
     let cell: RunOnceCell
-    // This is safe because it is written under the lock before `parking` is unparked, and read
-    // by the waiter only after it wakes: the semaphore orders the two.
-    nonisolated(unsafe) var turn: Turn?
+    // This is safe because it is written only by ``tell(_:holding:)``, under the lock, before
+    // the releasing store that sets `isResolved`, and read only by ``answeredTurn``, after an
+    // acquiring load finds `isResolved` set: nothing writes it again.
+    private nonisolated(unsafe) var turn: Turn?
     // This is safe because it is read and written only by ``WaiterQueue``, inside the run's
     // machine, under the lock, or by the batch of answered callers that owns the waiter after
     // the lock, before it wakes it.
@@ -39,6 +40,15 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       self.parking = parking
       self.cell = cell
     }
+
+    /// Tells the caller its turn, holding the lock: from here on it is answered.
+    func tell(_ turn: Turn, holding _: borrowing Held) {
+      self.turn = turn
+      isResolved.store(true, ordering: .releasing)
+    }
+
+    /// What the caller was told, once it is answered (`nil` before).
+    var answeredTurn: Turn? { isResolved.load(ordering: .acquiring) ? turn : nil }
   }
 
   /// The waiters of a run, in arrival order: a list threaded through them, so that queueing
@@ -74,17 +84,25 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// A run in progress: its machine (the thread running a body, and the callers waiting).
   final class Run {
-    var machine: RunOnceMachine<WaiterQueue, ThreadID>
+    private var machine: Guarded<RunOnceMachine<WaiterQueue, ThreadID>, Held>
     /// Bumped whenever the runner changes, for the deadlock detector.
     let epoch = Atomic<UInt>(0)
 
     init(runner: ThreadID) {
-      machine = RunOnceMachine(runner: runner)
+      machine = Guarded(RunOnceMachine(runner: runner))
+    }
+
+    /// Reads or changes the run's machine, holding the lock.
+    func withMachine<Result>(
+      holding held: borrowing Held, _ body: (inout RunOnceMachine<WaiterQueue, ThreadID>) -> Result
+    ) -> Result {
+      machine.modify(held, body)
     }
   }
 
-  /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time.
-  static let lock = Lock(rank: .runOnceCell)
+  /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time,
+  /// through ``withLock(_:)``.
+  private static let lock = Lock(rank: .runOnceCell)
 
   /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
   /// only borrows it.
@@ -100,7 +118,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   }
 
   /// The run in progress, if any.
-  private(set) var current: Run?
+  private var current = Guarded<Run?, Held>(nil)
   let objectType: TypeName
 
   override init(object: AnyObject, key: ObjectCells.Key) {
@@ -109,6 +127,11 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   }
 
   var label: CellLabel { .object(objectType: objectType, site: site, operation: "runOnce(for:)") }
+
+  /// The run in progress, if any, holding the lock.
+  func withRun<Result>(holding held: borrowing Held, _ body: (inout Run?) -> Result) -> Result {
+    current.modify(held, body)
+  }
 
   private enum Step {
     case done
@@ -123,14 +146,14 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     let thread = ThreadRecord.current(at: site)
     let parking = thread.takeParking()
     defer { thread.returnParking(parking) }
-    var step = Self.withLock { _ -> Step in
+    var step = Self.withLock { held -> Step in
       if word.isPublished { return .done }
-      guard let current else {
-        current = Run(runner: thread.id)
+      guard let run = current.read(held) else {
+        current.modify(held) { $0 = Run(runner: thread.id) }
         return .run
       }
       let waiter = Waiter(thread: thread.id, site: site, parking: parking, cell: self)
-      switch current.machine.arrive(waiter, on: thread.id) {
+      switch run.withMachine(holding: held, { $0.arrive(waiter, on: thread.id) }) {
       case .reentrant: return .reentrant
       case .wait: return .park(waiter)
       }
@@ -143,19 +166,19 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
         MainQueueEngine.park(waiter, on: thread, parking: parking)
-        guard case .yours = waiter.turn! else { return }
+        guard case .yours = waiter.answeredTurn! else { return }
         step = .run
       case .run:
         do {
           try body()
         } catch {
-          transition { run in
+          transition { run, held in
             run.epoch.add(1, ordering: .releasing)
-            return run.machine.bodyThrew(threadOf: \.thread)
+            return run.withMachine(holding: held) { $0.bodyThrew(threadOf: \.thread) }
           }
           throw error
         }
-        transition { $0.machine.bodyReturned() }
+        transition { run, held in run.withMachine(holding: held) { $0.bodyReturned() } }
         return
       }
     }
@@ -163,10 +186,10 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// Makes one transition of the run in progress under the lock, and performs its effects
   /// there and after the lock (see `RunOnceMachine.swift`), with this cell as their place.
-  private func transition(_ body: (Run) -> RunOnceEffects<WaiterQueue>) {
+  private func transition(_ body: (Run, borrowing Held) -> RunOnceEffects<WaiterQueue>) {
     var shell = self
     let effects = Self.withLock { held in
-      let effects = body(current!)
+      let effects = body(current.read(held)!, held)
       effects.performUnderLock(in: &shell, holding: held)
       return effects
     }
@@ -181,12 +204,11 @@ extension RunOnceCell: RunOnceShell {
 
   func publish(holding _: borrowing Held) { word.word.store(0, ordering: .releasing) }
 
-  func record(_ turn: RunOnceTurn, of waiter: Waiter, holding _: borrowing Held) {
-    waiter.turn = turn
-    waiter.isResolved.store(true, ordering: .releasing)
+  func record(_ turn: RunOnceTurn, of waiter: Waiter, holding held: borrowing Held) {
+    waiter.tell(turn, holding: held)
   }
 
-  func endRun(holding _: borrowing Held) { current = nil }
+  func endRun(holding held: borrowing Held) { current.modify(held) { $0 = nil } }
 
   func unpark(_ waiter: Waiter) { waiter.parking.unpark() }
 }
@@ -198,14 +220,16 @@ extension RunOnceCell.Waiter: BlockingWait {
   var isOver: Bool { isResolved.load(ordering: .acquiring) }
 
   func blockers() -> Blockers {
-    RunOnceCell.withLock { _ in
-      guard turn == nil, let run = cell.current else { return .none }
-      return .thread(run.machine.runner, reason: ", which runs it")
+    RunOnceCell.withLock { held in
+      guard answeredTurn == nil, let run = cell.withRun(holding: held, { $0 }) else { return .none }
+      return .thread(run.withMachine(holding: held) { $0.runner }, reason: ", which runs it")
     }
   }
 
   var epoch: UInt {
-    RunOnceCell.withLock { _ in cell.current?.epoch.load(ordering: .acquiring) ?? 0 }
+    RunOnceCell.withLock { held in
+      cell.withRun(holding: held) { $0?.epoch.load(ordering: .acquiring) } ?? 0
+    }
   }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
   var call: String { "runOnce(for:) at \(site)" }
