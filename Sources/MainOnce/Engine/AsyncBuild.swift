@@ -168,11 +168,14 @@ final class AsyncBuild: @unchecked Sendable {
       return caller
     }
 
-    func makeIterator() -> UnfoldSequence<Caller, Caller?> {
-      sequence(state: head) { current in
-        current.map {
-          current = $0.next; return $0
-        }
+    func makeIterator() -> Iterator { Iterator(current: head) }
+
+    struct Iterator: IteratorProtocol {
+      var current: Caller?
+
+      mutating func next() -> Caller? {
+        defer { current = current?.next }
+        return current
       }
     }
   }

@@ -72,7 +72,7 @@ extension Waiter: BlockingWait {
 
   func blockers() -> Blockers {
     OnceCell.withLock { held in
-      guard resolution == nil, let flight = flight(holding: held),
+      guard answer == nil, let flight = flight(holding: held),
         flight.outcome(holding: held) == nil
       else {
         return .none

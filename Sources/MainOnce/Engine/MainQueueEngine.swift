@@ -106,16 +106,16 @@ enum MainQueueEngine {
       switch arriveBlocking(waiter, at: cell, on: thread, inMainContext: drives) {
       case .done:
         // Unused: the record's attempt is dropped, so that it keeps nothing of this call.
-        waiter.attempt = nil
+        waiter.dropUnqueuedAttempt()
         return .done
       case .reentrant(let runnerSite):
         reenter(cell, site: site, runnerSite: runnerSite, on: thread)
       case .drive(let flight, let first):
         drive(flight, from: first, on: thread)
-        return waiter.resolution!
+        return waiter.answer!
       case .park:
         park(waiter, on: thread, parking: parking)
-        return waiter.resolution!
+        return waiter.answer!
       }
     }
   }
@@ -224,7 +224,7 @@ enum MainQueueEngine {
           guard case .inFlight(let flight) = cell.phase(holding: held) else {
             return (.done, nil, FlightEffects())
           }
-          waiter.kind = .task(continuation)
+          waiter.suspend(with: continuation, holding: held)
           // A task cancelled before this found nothing to take out of the queue: it never
           // queues, and the effects answer it. One cancelled after this finds it queued (the
           // handler takes the lock).

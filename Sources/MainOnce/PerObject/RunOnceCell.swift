@@ -18,20 +18,20 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   // what `ObjectCell` holds is safe for the reasons its comment gives.
 
   /// A caller waiting for the runner, and what it is told.
-  final class Waiter: Sendable {
+  final class Waiter: @unchecked Sendable {
+    // This is safe because its two mutable fields are each reached in one way only: `turn`,
+    // written only by ``tell(_:holding:)``, with the lock's proof, before the releasing store
+    // that sets `isResolved`, and read only by ``answeredTurn``, after an acquiring load finds
+    // it set (nothing writes it again); and `next`, the link of ``WaiterQueue``, which only that
+    // queue reads and writes, inside the run's machine (reachable only with the lock's proof)
+    // or in the effects that took the waiter out of it, which own it until they wake it.
     typealias Turn = RunOnceTurn
     let thread: ThreadID
     let site: CallSite
     let parking: Parking
     let cell: RunOnceCell
-    // This is safe because it is written only by ``tell(_:holding:)``, under the lock, before
-    // the releasing store that sets `isResolved`, and read only by ``answeredTurn``, after an
-    // acquiring load finds `isResolved` set: nothing writes it again.
-    private nonisolated(unsafe) var turn: Turn?
-    // This is safe because it is read and written only by ``WaiterQueue``, inside the run's
-    // machine, under the lock, or by the batch of answered callers that owns the waiter after
-    // the lock, before it wakes it.
-    nonisolated(unsafe) fileprivate var next: Waiter?
+    private var turn: Turn?
+    fileprivate var next: Waiter?
     let isResolved = Atomic(false)
 
     init(thread: ThreadID, site: CallSite, parking: Parking, cell: RunOnceCell) {
@@ -73,11 +73,14 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       return waiter
     }
 
-    func makeIterator() -> UnfoldSequence<Waiter, Waiter?> {
-      sequence(state: head) { current in
-        current.map {
-          current = $0.next; return $0
-        }
+    func makeIterator() -> Iterator { Iterator(current: head) }
+
+    struct Iterator: IteratorProtocol {
+      var current: Waiter?
+
+      mutating func next() -> Waiter? {
+        defer { current = current?.next }
+        return current
       }
     }
   }

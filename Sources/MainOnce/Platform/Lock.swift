@@ -65,7 +65,8 @@ final class Lock: @unchecked Sendable {
 /// State guarded by a ``Lock``: reachable only inside ``withLock(_:)``.
 final class Locked<State> {
   private let lock: Lock
-  // Unchecked: the lock already makes every access exclusive.
+  // This is safe because it is reached only inside `lock.withLock`, which makes every access
+  // exclusive.
   @exclusivity(unchecked) private var state: State
 
   /// State guarded by a lock of its own, of rank `rank` (by default a leaf: one that is never
