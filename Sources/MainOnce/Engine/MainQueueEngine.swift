@@ -29,7 +29,7 @@ internal import _CMainOnceShims
 /// installs the deadlock detector as the engine's observer, from the token's cell
 /// (`DetectorInstallation.swift`, ``install(observer:)``): two stores, and no line of the
 /// detector. Line coverage of one such call from a worker under `dispatchMain()`, first use in
-/// the process included, counts 16 files and 620 lines in a debug build, 599 in release (Swift
+/// the process included, counts 16 files and 610 lines in a debug build, 598 in release (Swift
 /// 6.3.1; the `DA:` lines with a count under `Sources/MainOnce/` of `llvm-cov export
 /// -format=lcov`): the rest are the lock, the platform's clock and thread id, the wait board,
 /// labels and settings, and in a debug build the engine's test counters, and no line of the
