@@ -11,6 +11,14 @@
 //   before the value is built would block a thread of the cooperative pool.
 // - BlockingWaitInAsync: the blocking `wait()` of a token and of a lazy value in async code,
 //   for the same reason.
+//
+// And what MainOnce's own code cannot do (these import it `@testable`): reach the state that a
+// lock guards without the lock's proof, or forge that proof.
+//
+// - UnguardedCell: a flight's state, read without `OnceCell.Held`, and the proof made by hand.
+// - UnguardedWaiter: a caller's wake-up and its answer, written without the flight.
+// - UnguardedBuild: an `AsyncMainLazy` build's state, changed without `AsyncBuild.Held`.
+// - UnguardedObjectCell: a `runOnce(for:)` cell's run, changed without `RunOnceCell.Held`.
 import PackageDescription
 
 let package = Package(
@@ -22,6 +30,10 @@ let package = Package(
     .testTarget(name: "ExpectIsDone", dependencies: [mainOnce]),
     .target(name: "BlockingReadInAsync", dependencies: [mainOnce]),
     .target(name: "BlockingWaitInAsync", dependencies: [mainOnce]),
+    .target(name: "UnguardedCell", dependencies: [mainOnce]),
+    .target(name: "UnguardedWaiter", dependencies: [mainOnce]),
+    .target(name: "UnguardedBuild", dependencies: [mainOnce]),
+    .target(name: "UnguardedObjectCell", dependencies: [mainOnce]),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -49,9 +49,9 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   @usableFromInline
   let _storage = _OnceWord()
 
-  /// The build in flight, if any; guarded by ``AsyncBuild/lock``.
+  /// The build in flight, if any: reachable only with ``AsyncBuild``'s lock's proof.
   let current = AsyncBuild.Slot()
-  /// The builder until a build succeeds; guarded by ``AsyncBuild/lock``.
+  /// The builder until a build succeeds: reachable only with ``AsyncBuild``'s lock's proof.
   private let builder: Builder
   private let declaration: CallSite
 
@@ -73,9 +73,21 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
   /// Holds the builder until a build succeeds, then `nil` (see ``finish(_:built:)``).
   private final class Builder: @unchecked Sendable {
-    // This is safe because `build` is only read and written under `AsyncBuild.lock`.
-    var build: (@MainActor @Sendable () async throws -> Value)?
-    init(_ build: @escaping @MainActor @Sendable () async throws -> Value) { self.build = build }
+    // This is safe because its one field, `build`, is reachable only with the lock's proof (a
+    // `Guarded`), and the closure it holds is `Sendable`.
+    private var build: Guarded<(@MainActor @Sendable () async throws -> Value)?, AsyncBuild.Held>
+
+    init(_ build: @escaping @MainActor @Sendable () async throws -> Value) {
+      self.build = Guarded(build)
+    }
+
+    /// Reads or changes the builder, holding the lock.
+    func withBuild<Result>(
+      holding held: borrowing AsyncBuild.Held,
+      _ body: (inout (@MainActor @Sendable () async throws -> Value)?) -> Result
+    ) -> Result {
+      build.modify(held, body)
+    }
   }
 
   deinit {
@@ -202,47 +214,65 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
       insideBuild: AsyncBuild.Marker.current?.build, site: site, bringsBuild: bringsBuild)
     let outcome = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, joined, starts, times) = AsyncBuild.lock.withLock {
-          () -> (AsyncBuild.Outcome?, AsyncBuild?, Bool, Bool) in
-          if _storage.isPublished { return (.built, nil, false, false) }
-          caller.continuation = continuation
-          guard
-            case .joins(let starts) = current.machine.arrive(
-              caller, isCancelled: caller.isCancelled, bringsBuild: bringsBuild)
-          else { return (.cancelled, nil, false, false) }
-          let build = current.build ?? AsyncBuild(label: label, slot: current)
-          current.build = build
-          if caller.awaitsItsOwnBuild(build) {
+        var shell = Shell(lazy: self)
+        let (now, effects, times) = AsyncBuild.withLock {
+          held -> (AsyncBuild.Outcome?, AsyncBuildEffects<AsyncBuild.CallerQueue>, Bool) in
+          if _storage.isPublished { return (.built, AsyncBuildEffects(), false) }
+          let isCancelled = caller.suspend(with: continuation, holding: held)
+          let (arrival, effects, build) = current.withState(holding: held) { slot in
+            let (arrival, effects) = slot.machine.arrive(
+              caller, isCancelled: isCancelled, bringsBuild: bringsBuild)
+            // A caller cancelled before it arrived is answered by the effects, and never joins.
+            guard case .joins = arrival else { return (arrival, effects, AsyncBuild?.none) }
+            let build = slot.build ?? AsyncBuild(label: label, slot: current)
+            slot.build = build
+            return (arrival, effects, build)
+          }
+          guard case .joins = arrival, let build else { return (nil, effects, false) }
+          shell.build = build
+          if caller.awaitsItsOwnBuild(build, holding: held) {
             Diagnostics.reentrance(
               label, firstCall: declaration, secondCall: caller.site, waits: !bringsBuild)
           }
-          defer { build.isTimed = true }
-          return (nil, build, starts, !build.isTimed)
+          effects.performUnderLock(in: &shell, holding: held)
+          let times = build.withState(holding: held) { state in
+            defer { state.isTimed = true }
+            return !state.isTimed
+          }
+          return (nil, effects, times)
         }
         if let now { return continuation.resume(returning: now) }
-        if starts { start(joined!) }
-        if times { joined!.startStallTimer() }
+        effects.performAfterLock(in: &shell)
+        if times { shell.build!.startStallTimer() }
       }
     } onCancel: {
-      let build = AsyncBuild.lock.withLock { () -> AsyncBuild? in
-        guard let build = current.build, current.machine.cancel(where: { $0 === caller }) else {
-          caller.isCancelled = true
-          return nil
-        }
-        // Nobody is left to watch for: the next caller starts a timer again.
-        if current.machine.callers.isEmpty {
-          build.isTimed = false
-          // A build nobody started, made for waits that never build, is over when they leave.
-          if !current.machine.isBuilding {
-            current.build = nil
-            build.isOver = true
+      var shell = Shell(lazy: self)
+      let (build, effects) = AsyncBuild.withLock {
+        held -> (AsyncBuild?, AsyncBuildEffects<AsyncBuild.CallerQueue>?) in
+        let cancelled = current.withState(holding: held) { slot in
+          slot.build.flatMap { build in
+            slot.machine.cancel(where: { $0 === caller }).map { (build, $0, slot.machine) }
           }
         }
-        return build
+        guard let (build, effects, machine) = cancelled else {
+          caller.noteCancelled(holding: held)
+          return (nil, nil)
+        }
+        // Nobody is left to watch for: the next caller starts a timer again.
+        if machine.callers.isEmpty {
+          build.withState(holding: held) { $0.isTimed = false }
+          // A build nobody started, made for waits that never build, is over when they leave.
+          if !machine.isBuilding {
+            current.withState(holding: held) { $0.build = nil }
+            build.withState(holding: held) { $0.isOver = true }
+          }
+        }
+        effects.performUnderLock(in: &shell, holding: held)
+        return (build, effects)
       }
       guard let build else { return }
       build.reportEndIfReported(finished: false)
-      caller.continuation?.resume(returning: .cancelled)
+      effects?.performAfterLock(in: &shell)
     }
     switch outcome {
     case .built: return UnsafePointer<Value>(bitPattern: _storage.value).unsafelyUnwrapped.pointee
@@ -282,10 +312,12 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// Runs the builder, once the build has reached the main actor.
   @MainActor
   private func runBuilder(_ build: AsyncBuild) async throws -> Value {
-    let builder = AsyncBuild.lock.withLock {
-      build.hasStarted = true
-      build.startedAt = Platform.monotonicNanoseconds()
-      return self.builder.build
+    let builder = AsyncBuild.withLock { held in
+      build.withState(holding: held) { state in
+        state.hasStarted = true
+        state.startedAt = Platform.monotonicNanoseconds()
+      }
+      return self.builder.withBuild(holding: held) { $0 }
     }
     // A build starts only while the value is not published, and `finish` releases the builder
     // when it publishes, under the same lock.
@@ -299,41 +331,78 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   /// A success releases the builder, and what it captured; after a failure it is kept for the
   /// next build.
   private func finish(_ build: AsyncBuild, built: Result<UInt, any Error>) {
-    let storage = _storage.address
-    var released: (@MainActor @Sendable () async throws -> Value)?
+    var shell = Shell(lazy: self)
     var next: AsyncBuild?
-    let callers = AsyncBuild.lock.withLock { () -> [AsyncBuild.Caller] in
-      var succeeded = false
-      if case .success(let built) = built {
-        storage.pointee.word.store(built, ordering: .releasing)
-        // Released after the lock: a captured object's deinit may do anything.
-        swap(&released, &builder.build)
-        succeeded = true
+    let effects = AsyncBuild.withLock { held in
+      var (effects, waitsLeft) = current.withState(holding: held) { slot in
+        let effects = slot.machine.buildEnded(with: try? built.get()) { $0.bringsBuild }
+        slot.build = nil
+        return (effects, !slot.machine.callers.isEmpty)
       }
-      current.build = nil
-      build.isOver = true
-      build.task = nil
-      let answered = current.machine.buildEnded(succeeded: succeeded) { $0.bringsBuild }
+      if case .failure(let error) = built { effects.failure = error }
+      effects.performUnderLock(in: &shell, holding: held)
+      build.withState(holding: held) { state in
+        state.isOver = true
+        state.task = nil
+      }
       // Waits that never build outlive a build that threw: they wait for the next one, in a
       // build nobody has started yet, which takes over a stall reported about them (its end is
       // reported when they stop waiting, not now).
-      if !current.machine.callers.isEmpty {
+      if waitsLeft {
         let waiting = AsyncBuild(label: label, slot: current)
-        waiting.isTimed = true
-        swap(&waiting.reportedSince, &build.reportedSince)
-        current.build = waiting
+        let reportedSince = build.withState(holding: held) { state in
+          defer { state.reportedSince = nil }
+          return state.reportedSince
+        }
+        waiting.withState(holding: held) { state in
+          state.isTimed = true
+          state.reportedSince = reportedSince
+        }
+        current.withState(holding: held) { $0.build = waiting }
         next = waiting
       }
-      return answered
+      return effects
     }
-    released = nil
-    let outcome: AsyncBuild.Outcome =
-      switch built {
-      case .success: .built
-      case .failure(let error): .failed(error)
-      }
     build.reportEndIfReported(finished: true)
     next?.startStallTimer()
-    for caller in callers { caller.continuation?.resume(returning: outcome) }
+    effects.performAfterLock(in: &shell)
+  }
+
+  /// The lazy value, where its builds' effects are performed (see `AsyncBuildMachine.swift`).
+  private struct Shell: AsyncBuildShell {
+    typealias Callers = AsyncBuild.CallerQueue
+
+    let lazy: AsyncMainLazy
+    /// The build the caller joined, which the effects may start.
+    var build: AsyncBuild?
+    /// The builder a success took out, let go of after the lock.
+    var released: (@MainActor @Sendable () async throws -> Value)?
+
+    init(lazy: AsyncMainLazy) { self.lazy = lazy }
+
+    mutating func publish(_ value: UInt, holding held: borrowing AsyncBuild.Held) {
+      lazy._storage.word.store(value, ordering: .releasing)
+      released = lazy.builder.withBuild(holding: held) { build in
+        defer { build = nil }
+        return build
+      }
+    }
+
+    // Released here, after the lock: a captured object's deinit may do anything.
+    mutating func letGoOfBuilder() { released = nil }
+
+    mutating func startBuild() { lazy.start(build!) }
+
+    mutating func resume(
+      _ caller: AsyncBuild.Caller, with verdict: Verdict, failure: (any Error)?
+    ) {
+      let outcome: AsyncBuild.Outcome =
+        switch verdict {
+        case .done: .built
+        case .failed: .failed(failure!)
+        case .cancelled: .cancelled
+        }
+      caller.resumeAnswered(with: outcome)
+    }
   }
 }

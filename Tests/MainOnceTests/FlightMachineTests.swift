@@ -182,6 +182,7 @@ enum Model {
   struct Callers: FlightCallers, Hashable {
     typealias Caller = Int
     typealias Thread = Int
+    typealias Batch = PackedQueue
 
     var phases = Packed<CallerPhase>()
     let borrows: Packed<Bool>
@@ -229,8 +230,11 @@ enum Model {
     var cancelRequested = Packed<Bool>()
     var verdicts = Packed<Verdict?>()
     var successes = 0
-    /// Whether a wait that serves the main queue has been woken (its parking holds a token).
-    var servingWoken = false
+    /// Per caller, whether it was woken: a parked thread's token (which a wait that serves the
+    /// main queue takes each time it looks), a task resumed, a handler released to its queue.
+    var woken = Packed<Bool>()
+    /// Whether the flight is listed as awaiting its hop, where a serving wait finds it.
+    var awaitingHop = false
   }
 
   /// One row of the table: a cell's phase, an event, the phase after it.
@@ -288,14 +292,20 @@ enum Model {
       },
       phase: phase(of:),
       // A wait that never initializes may wait for ever when no attempt succeeds and its task
-      // is not cancelled: nothing else can end it. Every other caller is answered.
+      // is not cancelled: nothing else can end it. Every other caller is answered, and every
+      // caller answered is woken (but main context that drives the queue itself, which reads
+      // its answer when its drive ends).
       unanswered: { world in
-        forms.indices.filter { caller in
-          world.arrived[caller] && world.verdicts[caller] == nil
-            && (forms[caller].bringsAttempt || world.successes > 0
-              || world.cancelRequested[caller])
+        forms.indices.compactMap { caller in
+          guard world.arrived[caller] else { return nil }
+          guard world.verdicts[caller] != nil else {
+            let isOwed =
+              forms[caller].bringsAttempt || world.successes > 0 || world.cancelRequested[caller]
+            return isOwed ? "\(forms): caller \(caller) is never resolved" : nil
+          }
+          guard forms[caller] != .mainBlocking, !world.woken[caller] else { return nil }
+          return "\(forms): caller \(caller) is answered, but never woken"
         }
-        .map { "\(forms): caller \($0) is never resolved" }
       })
   }
 
@@ -358,8 +368,8 @@ enum Model {
     // A hop runs when the main queue is free, or from a nested run loop inside an attempt; not
     // while a wait blocks the main thread. That wait is woken when a hop is sent, and runs the
     // queued attempts itself.
-    if case .waiting = world.main {
-      if world.servingWoken, !servesNothing { events.append(.serve) }
+    if case .waiting(let waiter) = world.main {
+      if world.woken[waiter], !servesNothing { events.append(.serve) }
     } else if world.hops > 0, !losesHops {
       events.append(.hop)
     }
@@ -378,9 +388,12 @@ enum Model {
 }
 
 /// One event applied to a copy of a world, as the engine applies it: under the lock, through the
-/// machine, then what the engine does with the machine's answer. Every promise is checked.
-private struct Step {
+/// machine, whose effects the engine's own interpreter performs (`FlightEffects`), with this
+/// step as the world they are performed in: a scripted parker (a token per caller), hop queue,
+/// completion queue and word. Every promise is checked.
+private struct Step: FlightShell {
   typealias World = Model.World
+  typealias Callers = Model.Callers
 
   var world: World
   let forms: [Model.Form]
@@ -388,6 +401,8 @@ private struct Step {
   /// The event's name in the table (callers are anonymous there).
   var name = ""
   var violations: [String] = []
+  /// The caller whose arrival the step is, if it is one.
+  var arriving: Int?
 
   init(world: World, forms: [Model.Form], wakesOnlyForHops: Bool) {
     self.world = world
@@ -408,8 +423,7 @@ private struct Step {
     }
     // Once the token is freed, the flight's stall timer tells it so at each look: here, right
     // after every event (`Flight.strandedWaits`).
-    var stranded: Set<Int> = []
-    if world.storageIsFreed { world.flight?.storageFreed { stranded.insert($0) } }
+    if world.storageIsFreed, let effects = world.flight?.storageFreed() { perform(effects) }
     // A caller leaves the queue unanswered only as a completion-form wait that nothing can
     // answer any more: the token is freed, and no attempt is queued or running. The machine
     // lets it go then, and says so.
@@ -422,9 +436,6 @@ private struct Step {
           violations.append("caller \(caller) left the queue unanswered")
         }
       }
-    }
-    for caller in stranded where forms[caller] != .handlerWaiting || world.verdicts[caller] != nil {
-      violations.append("caller \(caller) was let go, though it is not an unanswered wait")
     }
     if let flight = world.flight, !flight.invariantHolds {
       violations.append("queued callers have no runner, no hop and no outcome")
@@ -447,6 +458,13 @@ private struct Step {
 
   private var isWaiting: Bool {
     if case .waiting = world.main { true } else { false }
+  }
+
+  /// Performs `effects` with the engine's interpreter, as the engine does: the first half under
+  /// the engine's lock, the rest after it.
+  private mutating func perform(_ effects: FlightEffects<Callers>) {
+    OnceCell.withLock { held in effects.performUnderLock(in: &self, holding: held) }
+    effects.performAfterLock(in: &self)
   }
 
   /// What `OnceCell.phase()` does for a caller that borrows the storage: `true` if the cell is
@@ -472,6 +490,7 @@ private struct Step {
 
   private mutating func arrive(_ caller: Int) {
     world.arrived[caller] = true
+    arriving = caller
     let form = forms[caller]
     // The engine's first step for a caller in main context: a fresh cell runs in place.
     if form == .mainBlocking, world.word == .fresh {
@@ -482,7 +501,10 @@ private struct Step {
     }
     if cellIsDone() {
       name = "a caller arrives"
-      return resolve(caller, .done)
+      // It never waits: the API answers it on the spot (a handler is submitted to its queue).
+      record(.done, of: caller)
+      world.woken[caller] = true
+      return
     }
     let inMain = form.isInMainContext
     let thread: Int? =
@@ -492,8 +514,8 @@ private struct Step {
       case .task, .handler, .taskWaiting, .handlerWaiting: nil
       }
     let isCancelled = world.cancelRequested[caller]
-    let (runningBefore, runnerBefore) = (world.flight!.running, world.flight!.runner)
-    let arrival = world.flight!.arrive(
+    let runningBefore = world.flight!.running
+    var (arrival, effects) = world.flight!.arrive(
       caller, on: thread, inMainContext: inMain, isCancelled: isCancelled,
       bringsAttempt: form.bringsAttempt)
     let who = form.bringsAttempt ? "a caller" : "a waiter"
@@ -501,27 +523,18 @@ private struct Step {
     case .cancelled:
       name = "a cancelled task arrives"
       if !isCancelled { violations.append("a caller that was not cancelled was told so") }
-      resolve(caller, .cancelled)
     case .reentrant:
       violations.append("a caller was taken for a re-entrant one")
     case .runByAnotherThread:
       violations.append("the main queue was held twice")
-    case .wait(let sendsHop):
+    case .wait:
       name = inMain ? "\(who) in main context arrives" : "\(who) elsewhere arrives"
       if inMain { violations.append("a caller in main context was told to wait") }
       if world.flight!.running != runningBefore {
         violations.append("an attempt started for a caller outside main context")
       }
-      if sendsHop && !form.bringsAttempt { violations.append("a waiter sent a hop") }
-      // One hop at a time, and none while a thread drives the flight, which runs the attempts
-      // queued meanwhile itself: racing callers share one hop.
-      if sendsHop, world.hops > 0 { violations.append("a hop was sent while one is on its way") }
-      if sendsHop, runnerBefore != nil {
-        violations.append("a hop was sent while a thread drives the flight")
-      }
-      if sendsHop { world.hops += 1 }
-      // Every attempt queued wakes a wait that serves the main queue (`Flight.arrive`).
-      if wakesOnlyForHops ? sendsHop : form.bringsAttempt { world.servingWoken = true }
+      // A broken engine, on purpose: the serving wait is woken only when a hop is sent.
+      if wakesOnlyForHops { effects.wakesServingWait = effects.hop == .sent }
     case .drive(let first):
       name = "\(who) in main context arrives"
       if !inMain { violations.append("a caller outside main context was told to drive") }
@@ -529,11 +542,12 @@ private struct Step {
         world.main = .inAttempt(driver: caller)
         if !forms[first].bringsAttempt { violations.append("a waiter was given an attempt") }
       } else if form.bringsAttempt {
-        return violations.append("a driver found nothing to run")
+        violations.append("a driver found nothing to run")
       } else {
         enterWait(caller)
       }
     }
+    perform(effects)
     // A main-context call from inside its own attempt, with an attempt or without, is
     // re-entrant.
     for form in [Model.Form.mainBlocking, .mainWaiting] {
@@ -543,7 +557,8 @@ private struct Step {
       var copy = world.flight!
       guard
         case .reentrant = copy.arrive(
-          other, on: Model.mainThread, inMainContext: true, bringsAttempt: form.bringsAttempt)
+          other, on: Model.mainThread, inMainContext: true, bringsAttempt: form.bringsAttempt
+        ).0
       else {
         return violations.append("a call from inside the running attempt was not re-entrant")
       }
@@ -553,35 +568,42 @@ private struct Step {
   private mutating func hop() {
     world.hops -= 1
     name = "the hop runs"
-    switch world.flight!.mainQueueReached(on: Model.mainThread, isHop: true) {
+    let (step, effects) = world.flight!.mainQueueReached(on: Model.mainThread, isHop: true)
+    switch step {
     case .runByAnotherThread: violations.append("the main queue was held twice")
     case .drive(let first):
-      guard let first else { return }
-      if world.main != .idle { violations.append("a nested hop started attempt \(first)") }
-      world.main = .inAttempt(driver: nil)
+      if let first {
+        if world.main != .idle { violations.append("a nested hop started attempt \(first)") }
+        world.main = .inAttempt(driver: nil)
+      }
     }
+    perform(effects)
   }
 
   /// The main thread blocks in a wait that serves the main queue. It looks for queued attempts
   /// once before it parks, as if woken.
   private mutating func enterWait(_ waiter: Int) {
     world.main = .waiting(waiter)
-    world.servingWoken = true
+    world.woken[waiter] = true
   }
 
-  /// A main-context wait, woken since it last looked, runs the queued attempts itself (as
-  /// main-queue code, not as the hop, which stays on its way), if there are any.
+  /// A main-context wait, woken since it last looked (it takes its token), runs the attempts
+  /// of the flights listed as awaiting a hop that nobody runs, as main-queue code, not as the
+  /// hop, which stays on its way (`MainQueueEngine.runQueuedAttempts(on:)`).
   private mutating func serve() {
     guard case .waiting(let waiter) = world.main else { return }
     name = "the waiting main thread serves"
-    world.servingWoken = false
-    guard let flight = world.flight, flight.hasQueuedAttempt, flight.runner == nil else { return }
-    switch world.flight!.mainQueueReached(on: Model.mainThread, isHop: false) {
+    world.woken[waiter] = false
+    guard world.awaitingHop, let flight = world.flight, flight.runner == nil,
+      flight.outcome == nil
+    else { return }
+    let (step, effects) = world.flight!.mainQueueReached(on: Model.mainThread, isHop: false)
+    switch step {
     case .runByAnotherThread: violations.append("the main queue was held twice")
     case .drive(let first):
-      guard first != nil else { return violations.append("a serving wait found nothing to run") }
-      world.main = .inAttempt(driver: waiter)
+      if first != nil { world.main = .inAttempt(driver: waiter) }
     }
+    perform(effects)
   }
 
   private mutating func attemptEnds(succeeds: Bool) {
@@ -592,27 +614,22 @@ private struct Step {
       if succeeds { world.successes += 1 }
       world.word = succeeds ? .published : .fresh
       world.main = .idle
-      return resolve(driver, succeeds ? .done : .failed)
+      return record(succeeds ? .done : .failed, of: driver)
     }
     guard case .inAttempt(let driver) = world.main, let owner = world.flight?.running else {
       return violations.append("an attempt ended that nobody ran")
     }
     name = succeeds ? "the attempt succeeds" : "the attempt throws"
     if succeeds { world.successes += 1 }
-    var told: [(Int, Verdict)] = []
-    let borrower = world.flight!.finish(owner, with: succeeds ? 2 : nil) { told.append(($0, $1)) }
-    for (caller, verdict) in told { resolve(caller, verdict) }
-    if let borrower {
-      if world.storageIsFreed { violations.append("published into a freed token") }
-      if !forms[borrower].borrowsStorage { violations.append("published through a handler") }
-      if !told.contains(where: { $0.0 == borrower }) {
-        violations.append("published through a caller that was not waiting")
-      }
-      world.word = .published
-    } else if succeeds, told.contains(where: { forms[$0.0].borrowsStorage }) {
+    let (next, effects) = world.flight!.settle(
+      owner, with: succeeds ? 2 : nil, on: Model.mainThread)
+    perform(effects)
+    if succeeds, world.word != .published,
+      forms.indices.contains(where: { world.verdicts[$0] == .done && forms[$0].borrowsStorage })
+    {
       violations.append("a borrower was told done and the value was not published")
     }
-    if let next = world.flight!.startNextAttempt(on: Model.mainThread) {
+    if let next {
       if world.successes > 0 { violations.append("attempt of \(next) started after a success") }
       return
     }
@@ -628,18 +645,48 @@ private struct Step {
 
   private mutating func cancel(_ caller: Int) {
     name = "a task is cancelled"
-    // The engine's cancellation handler: a caller not queued yet is told at its arrival.
-    guard world.arrived[caller], world.verdicts[caller] == nil else {
-      world.cancelRequested[caller] = true
-      return
-    }
-    var told: [(Int, Verdict)] = []
-    world.flight?.cancel(caller) { told.append(($0, $1)) }
-    for (caller, verdict) in told { resolve(caller, verdict) }
     world.cancelRequested[caller] = true
+    // The engine's cancellation handler: a caller not queued yet is told at its arrival.
+    if world.arrived[caller], world.verdicts[caller] == nil,
+      let effects = world.flight?.cancel(caller)
+    {
+      perform(effects)
+    }
   }
 
-  private mutating func resolve(_ caller: Int, _ verdict: Verdict) {
+  // MARK: The world the effects are performed in
+
+  func wakeup(of caller: Int) -> Wakeup<Int, Int, Int> {
+    switch forms[caller] {
+    case .mainBlocking: .inPlace
+    case .workerBlocking, .workerWaiting, .mainWaiting: .thread(caller)
+    case .task, .taskWaiting: .task(caller)
+    case .handler, .handlerWaiting: .handler(caller)
+    }
+  }
+
+  /// The wait in main context that serves the main queue: the main waiter, from when it first
+  /// waits until it is answered, also while it runs an attempt it serves.
+  func servingWait(holding _: borrowing OnceCell.Held) -> Int? {
+    switch world.main {
+    case .waiting(let waiter): waiter
+    case .inAttempt(let driver?) where forms[driver] == .mainWaiting: driver
+    case .idle, .inAttempt: nil
+    }
+  }
+
+  mutating func listAwaitingHop(_ awaits: Bool, holding _: borrowing OnceCell.Held) {
+    if awaits, world.awaitingHop { violations.append("the flight was listed twice for a hop") }
+    world.awaitingHop = awaits
+  }
+
+  mutating func record(
+    _ verdict: Verdict, failure: (any Error)?, of caller: Int, holding _: borrowing OnceCell.Held
+  ) {
+    record(verdict, of: caller)
+  }
+
+  private mutating func record(_ verdict: Verdict, of caller: Int) {
     if let earlier = world.verdicts[caller] {
       violations.append("caller \(caller) was resolved twice: \(earlier), then \(verdict)")
     }
@@ -649,9 +696,81 @@ private struct Step {
     if verdict == .failed, !forms[caller].bringsAttempt {
       violations.append("caller \(caller), which brought no attempt, was told one failed")
     }
+    if verdict == .cancelled, !world.cancelRequested[caller] {
+      violations.append("caller \(caller) was told it was cancelled, but was not")
+    }
     world.verdicts[caller] = verdict
     // A waiting main thread wakes and returns.
     if world.main == .waiting(caller) { world.main = .idle }
+  }
+
+  /// A completion handler goes to its queue, where it runs after every handler released before
+  /// it: the value must not be published yet, or a caller that finds it done on the fast path
+  /// could submit its own first.
+  mutating func release(_ handler: Int, of caller: Int, holding _: borrowing OnceCell.Held) {
+    if world.word == .published {
+      violations.append("caller \(caller)'s handler was released after the value was published")
+    }
+    wake(caller)
+  }
+
+  mutating func publish(_ value: UInt, through borrower: Int, holding _: borrowing OnceCell.Held) {
+    if world.storageIsFreed { violations.append("published into a freed token") }
+    if !forms[borrower].borrowsStorage { violations.append("published through a handler") }
+    if world.verdicts[borrower] != .done {
+      violations.append("published through a caller that was not answered")
+    }
+    world.word = .published
+  }
+
+  mutating func unpark(_ parker: Int) {
+    // The serving wait's parking also takes tokens that only ask it to look again.
+    if forms[parker] == .mainWaiting, world.verdicts[parker] == nil {
+      world.woken[parker] = true
+    } else {
+      wake(parker)
+    }
+  }
+
+  mutating func resume(_ continuation: Int, of caller: Int) { wake(caller) }
+
+  /// A caller goes on with its answer: it must have one, and one that says "done" to a caller
+  /// that borrows the storage finds the value published.
+  private mutating func wake(_ caller: Int) {
+    guard let verdict = world.verdicts[caller] else {
+      return violations.append("caller \(caller) was woken before it was answered")
+    }
+    if world.woken[caller], forms[caller] != .mainWaiting {
+      violations.append("caller \(caller) was woken twice")
+    }
+    if verdict == .done, forms[caller].borrowsStorage, world.word != .published {
+      violations.append("caller \(caller) was told done and finds the value unpublished")
+    }
+    world.woken[caller] = true
+  }
+
+  mutating func sendHop() {
+    if let arriving, !forms[arriving].bringsAttempt { violations.append("a waiter sent a hop") }
+    // One hop at a time, and none while a thread drives the flight, which runs the attempts
+    // queued meanwhile itself: racing callers share one hop.
+    if world.hops > 0 { violations.append("a hop was sent while one is on its way") }
+    if world.flight?.runner != nil {
+      violations.append("a hop was sent while a thread drives the flight")
+    }
+    world.hops += 1
+  }
+
+  // The flight's timer and its marks are the engine's, beside the machine: the model has no
+  // observer, and never asks them.
+  mutating func startTimer() {}
+  mutating func tellStallEnded(since: UInt64, finished: Bool) {}
+
+  /// A caller taken out of the flight: answered, or a completion-form wait that nothing can
+  /// answer any more.
+  mutating func letGo(_ caller: Int) {
+    if world.verdicts[caller] == nil, forms[caller] != .handlerWaiting || !world.storageIsFreed {
+      violations.append("caller \(caller) was let go, though it is not an unanswered wait")
+    }
   }
 }
 
@@ -704,7 +823,7 @@ extension Optional: PackedElement where Wrapped == Verdict {
 }
 
 /// A queue of up to 15 caller numbers below 16, in one word.
-struct PackedQueue: Hashable {
+struct PackedQueue: Hashable, CallerBatch {
   private var entries = Packed<Nibble>()
   private(set) var count = 0
 
@@ -715,9 +834,15 @@ struct PackedQueue: Hashable {
     var encoded: UInt64 { UInt64(value) }
   }
 
+  init() {}
+
   mutating func append(_ caller: Int) {
     entries[count] = Nibble(value: caller)
     count += 1
+  }
+
+  func makeIterator() -> some IteratorProtocol<Int> {
+    (0..<count).lazy.map { entries[$0].value }.makeIterator()
   }
 
   mutating func remove(_ caller: Int) {

@@ -1,3 +1,4 @@
+import Dispatch
 import Testing
 
 @testable import MainOnce
@@ -21,16 +22,19 @@ struct OnceCellTests {
         kind: .handler { _ in publishedAtHandler.record(storage.word.isPublished) },
         attempt: nil, storage: nil)
     }
-    var wakes = Wakes()
-    OnceCell.withLock { held in
-      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return }
-      _ = flight.arrive(owner, on: ThreadRecord.current.id, inMainContext: true, holding: held)
+    let me = ThreadRecord.current.id
+    MainQueueEngine.transition { held -> (Void, Flight?, FlightEffects<WaiterQueue>) in
+      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else {
+        return ((), nil, FlightEffects())
+      }
+      // What the arrivals ask for (a timer) is not what this test is about: left undone.
+      _ = flight.arrive(owner, on: me, inMainContext: true, holding: held)
       for handler in handlers {
         _ = flight.arrive(handler, on: nil, inMainContext: false, holding: held)
       }
-      flight.finish(owner, with: .success(0), into: &wakes, holding: held)
+      let (_, effects) = flight.settle(owner, with: .success(0), on: me, holding: held)
+      return ((), flight, effects)
     }
-    wakes.deliver()
     let publishedAtEnd = storage.word.isPublished
     #expect(publishedAtHandler.recorded == [false, false, false])
     #expect(publishedAtEnd)
@@ -41,17 +45,23 @@ struct OnceCellTests {
     let storage = CellStorage()
     let handler = Waiter(
       site: cellSite, label: cellLabel, kind: .handler { _ in }, attempt: nil, storage: nil)
-    var wakes = Wakes()
-    let published = OnceCell.withLock { held -> [Bool] in
-      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return [] }
+    let me = ThreadRecord.current.id
+    let flight = OnceCell.withLock { held -> Flight? in
+      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return nil }
+      // The hop it asks for is not sent: the test plays it.
       _ = flight.arrive(handler, on: nil, inMainContext: false, holding: held)
-      _ = flight.mainQueueReached(on: ThreadRecord.current.id, isHop: true, holding: held)
-      flight.finish(handler, with: .success(0), into: &wakes, holding: held)
+      _ = flight.mainQueueReached(on: me, isHop: true, holding: held)
+      return flight
+    }
+    MainQueueEngine.transition { held -> (Void, Flight?, FlightEffects<WaiterQueue>) in
+      let (_, effects) = flight!.settle(handler, with: .success(0), on: me, holding: held)
+      return ((), flight, effects)
+    }
+    let published = OnceCell.withLock { held -> [Bool] in
       let whenFinished = storage.word.isPublished
       guard case .done = storage.cell.phase(holding: held) else { return [whenFinished] }
       return [whenFinished, storage.word.isPublished]
     }
-    wakes.deliver()
     // Finished, then done: from then on every call takes the fast path.
     #expect(published == [false, true])
   }
@@ -62,26 +72,30 @@ struct OnceCellTests {
     let parking = Parking()
     let me = ThreadRecord.current.id
     let failed = Waiter(
-      site: cellSite, label: cellLabel, kind: .thread(parking, me), attempt: nil,
+      site: cellSite, label: cellLabel, kind: .thread(ParkedThread(parking: parking, id: me)),
+      attempt: nil,
       storage: storage.word.address)
     let next = Waiter(
-      site: cellSite, label: cellLabel, kind: .thread(parking, me), attempt: nil,
+      site: cellSite, label: cellLabel, kind: .thread(ParkedThread(parking: parking, id: me)),
+      attempt: nil,
       storage: storage.word.address)
-    var wakes = Wakes()
-    let ended = OnceCell.withLock { held -> [Bool] in
-      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return [] }
+    var shell: Flight?
+    let (ended, effects) = OnceCell.withLock { held -> ([Bool], FlightEffects<WaiterQueue>?) in
+      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return ([], nil) }
       _ = flight.arrive(failed, on: me, inMainContext: true, holding: held)
       _ = flight.arrive(next, on: nil, inMainContext: false, holding: held)
-      flight.finish(failed, with: .failure(AttemptFailed()), into: &wakes, holding: held)
+      shell = flight
+      let (runsNext, effects) = flight.settle(
+        failed, with: .failure(AttemptFailed()), on: me, holding: held)
+      effects.performUnderLock(in: &shell!, holding: held)
       // The runner goes on with `next`: the failed caller's wait still names it as its blocker,
-      // so only its end mark keeps the deadlock detector from counting it.
-      let marks = [failed.isOver, next.isOver]
-      _ = flight.startNextAttempt(on: me, holding: held)
-      flight.finish(next, with: .success(0), into: &wakes, holding: held)
-      return marks
+      // so only its end mark, set under the lock before any wake, keeps the deadlock detector
+      // from counting it.
+      return ([runsNext === next, failed.isOver, next.isOver], effects)
     }
-    #expect(ended == [true, false])
-    wakes.deliver()
+    #expect(ended == [true, true, false])
+    effects?.performAfterLock(in: &shell!)
+    #expect(parking.park(until: .now()))
   }
 }
 

@@ -210,7 +210,11 @@ func waitingCallers(labelContaining text: String) -> Int {
     }
   }
   if let cell = cells.first as? RunOnceCell {
-    return RunOnceCell.lock.withLock { cell.current?.machine.waiting.count ?? 0 }
+    return RunOnceCell.withLock { held in
+      cell.withRun(holding: held) { $0 }.map { run in
+        run.withMachine(holding: held) { Array($0.waiting).count }
+      } ?? 0
+    }
   }
   return 0
 }

@@ -23,14 +23,20 @@ struct RunOnceMachineTests {
   }
 }
 
-/// A `runOnce(for:)` call site and its callers, caller `n` on thread `n + 1`.
+/// A `runOnce(for:)` call site and its callers, caller `n` on thread `n + 1`. Each transition
+/// runs the machine and the cell's own interpreter of its effects (`RunOnceEffects`), with the
+/// model as the world they are performed in: a scripted parker and word.
 enum RunOnceModel {
   struct World: Hashable {
-    var machine: RunOnceMachine<Int, Int>?
+    var machine: RunOnceMachine<PackedQueue, Int>?
     var isDone = false
     /// The caller whose body runs.
     var running: Int?
+    /// The caller told that its body runs next, until it wakes.
+    var handedTo: Int?
     var arrived = Packed<Bool>()
+    /// Whether a caller is parked: from its arrival at a running call site until its wake.
+    var parked = Packed<Bool>()
     var answers = Packed<Verdict?>()
     var successes = 0
   }
@@ -39,24 +45,27 @@ enum RunOnceModel {
     MainOnceTests.explore(
       from: World(), limit: 100_000,
       successors: { world in
-        var next: [(String, World, [String])] = []
+        var next: [Step] = []
         // Callers are alike until they arrive: they arrive in their order.
         if let caller = (0..<callers).first(where: { !world.arrived[$0] }) {
-          next.append(arrive(caller, in: world))
+          next.append(Step(world).arrive(caller))
         }
         if world.running != nil {
-          next.append(bodyEnds(in: world, returns: true))
-          next.append(bodyEnds(in: world, returns: false))
+          next.append(Step(world).bodyEnds(returns: true))
+          next.append(Step(world).bodyEnds(returns: false))
         }
-        return next.map { event, after, violations in
+        return next.map { step in
           Successor(
-            event: event, state: after,
-            violations: violations.map { "\(callers) callers, \(event): \($0)" })
+            event: step.event, state: step.world,
+            violations: step.violations.map { "\(callers) callers, \(step.event): \($0)" })
         }
       },
       phase: phase(of:),
       unanswered: { world in
-        (0..<callers).filter { world.answers[$0] == nil }.map { "caller \($0) is never answered" }
+        (0..<callers).compactMap { caller in
+          if world.parked[caller] { return "caller \(caller) is never woken" }
+          return world.answers[caller] == nil ? "caller \(caller) is never answered" : nil
+        }
       })
   }
 
@@ -64,60 +73,110 @@ enum RunOnceModel {
     world.isDone ? "done" : world.machine == nil ? "fresh" : "running"
   }
 
-  /// What `RunOnceCell.run` does under its lock for a caller that arrives.
-  static func arrive(_ caller: Int, in world: World) -> (String, World, [String]) {
-    var world = world
-    var violations: [String] = []
-    world.arrived[caller] = true
-    if world.isDone {
-      world.answers[caller] = .done
-    } else if var machine = world.machine {
-      // A call from inside the running body, on the runner's thread, is re-entrant.
-      var copy = machine
-      if case .wait = copy.arrive(-1, on: machine.runner) {
-        violations.append("a call from inside the body was told to wait")
-      }
-      if case .reentrant = machine.arrive(caller, on: caller + 1) {
-        violations.append("a caller on another thread was taken for a re-entrant one")
-      }
-      world.machine = machine
-    } else {
-      world.machine = RunOnceMachine(runner: caller + 1)
-      world.running = caller
-    }
-    return ("a caller arrives", world, violations)
-  }
+  /// One event, as `RunOnceCell.run` performs it, with every check.
+  struct Step: RunOnceShell {
+    typealias Callers = PackedQueue
 
-  /// What `RunOnceCell.run` does under its lock when the running body returns or throws.
-  static func bodyEnds(in world: World, returns: Bool) -> (String, World, [String]) {
-    var world = world
+    var world: World
+    var event = ""
     var violations: [String] = []
-    let runner = world.running!
-    func answer(_ caller: Int, _ verdict: Verdict) {
+
+    init(_ world: World) { self.world = world }
+
+    /// What `RunOnceCell.run` does under its lock for a caller that arrives.
+    func arrive(_ caller: Int) -> Step {
+      var step = self
+      step.event = "a caller arrives"
+      step.world.arrived[caller] = true
+      if step.world.isDone {
+        step.answer(caller, .done)
+      } else if var machine = step.world.machine {
+        // A call from inside the running body, on the runner's thread, is re-entrant.
+        var copy = machine
+        if case .wait = copy.arrive(-1, on: machine.runner) {
+          step.violations.append("a call from inside the body was told to wait")
+        }
+        switch machine.arrive(caller, on: caller + 1) {
+        case .reentrant:
+          step.violations.append("a caller on another thread was taken for a re-entrant one")
+        case .wait: step.world.parked[caller] = true
+        }
+        step.world.machine = machine
+      } else {
+        step.world.machine = RunOnceMachine(runner: caller + 1)
+        step.world.running = caller
+      }
+      return step
+    }
+
+    /// What `RunOnceCell.run` does when the running body returns or throws: the runner is
+    /// answered by its own body, and the run's transition is performed by the cell's
+    /// interpreter, under the lock and after it.
+    func bodyEnds(returns: Bool) -> Step {
+      var step = self
+      step.event = returns ? "the body returns" : "the body throws"
+      let runner = step.world.running!
+      step.world.running = nil
+      if returns {
+        step.world.successes += 1
+        if step.world.successes > 1 { step.violations.append("two bodies returned") }
+      }
+      var machine = step.world.machine!
+      // Callers arrive in their order, so the one that has waited longest is the first waiting.
+      let longest = (0..<16).first { step.world.parked[$0] }
+      let effects = returns ? machine.bodyReturned() : machine.bodyThrew(threadOf: { $0 + 1 })
+      step.world.machine = machine
+      if !returns, let next = effects.answered.first(where: { _ in true }) {
+        if next != longest { step.violations.append("caller \(next) ran before \(longest!)") }
+        if machine.runner != next + 1 { step.violations.append("the turn went to another thread") }
+      }
+      RunOnceCell.withLock { held in effects.performUnderLock(in: &step, holding: held) }
+      effects.performAfterLock(in: &step)
+      step.answer(runner, returns ? .done : .failed)
+      return step
+    }
+
+    mutating func answer(_ caller: Int, _ verdict: Verdict) {
       if world.answers[caller] != nil { violations.append("caller \(caller) is answered twice") }
+      if verdict == .done, !world.isDone {
+        violations.append("caller \(caller) was told done before the call site was")
+      }
       world.answers[caller] = verdict
     }
-    if returns {
-      world.successes += 1
-      if world.successes > 1 { violations.append("two bodies returned") }
-      answer(runner, .done)
-      for caller in world.machine!.bodyReturned() { answer(caller, .done) }
+
+    // MARK: The world the effects are performed in
+
+    mutating func publish(holding _: borrowing RunOnceCell.Held) {
+      if world.isDone { violations.append("the call site was published twice") }
       world.isDone = true
-      world.machine = nil
-      world.running = nil
-      return ("the body returns", world, violations)
     }
-    answer(runner, .failed)
-    // Callers arrive in their order, so the one that has waited longest is the first waiting.
-    let longest = (0..<16).first { $0 != runner && world.arrived[$0] && world.answers[$0] == nil }
-    if let next = world.machine!.bodyThrew(threadOf: { $0 + 1 }) {
-      if next != longest { violations.append("caller \(next) ran before \(longest!)") }
-      if world.machine!.runner != next + 1 { violations.append("the turn went to another thread") }
-      world.running = next
-    } else {
-      world.machine = nil
-      world.running = nil
+
+    mutating func record(_ turn: RunOnceTurn, of caller: Int, holding _: borrowing RunOnceCell.Held)
+    {
+      if !world.parked[caller] { violations.append("caller \(caller) was answered, not waiting") }
+      switch turn {
+      case .done: answer(caller, .done)
+      case .yours:
+        if world.handedTo != nil { violations.append("two callers were given the turn") }
+        world.handedTo = caller
+      }
     }
-    return ("the body throws", world, violations)
+
+    mutating func endRun(holding _: borrowing RunOnceCell.Held) {
+      world.machine = nil
+    }
+
+    /// A parked caller wakes: with its answer, or to run its own body.
+    mutating func unpark(_ caller: Int) {
+      if !world.parked[caller] { violations.append("caller \(caller) was woken, not parked") }
+      world.parked[caller] = false
+      if world.handedTo == caller {
+        world.handedTo = nil
+        if world.running != nil { violations.append("two bodies run at once") }
+        world.running = caller
+      } else if world.answers[caller] == nil {
+        violations.append("caller \(caller) was woken before it was answered")
+      }
+    }
   }
 }

@@ -5,20 +5,45 @@
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
-  // This is safe because `hasStarted`, `startedAt`, `isOver`, `reportedSince`, `isTimed` and
-  // `task` are only read and written under `lock`.
+  // This is safe because its one mutable field, `state`, is reachable only with the lock's
+  // proof (``withState(holding:_:)``, a `Guarded`), and the others never change (`label`,
+  // `slot`) or are `Sendable` (`marker`, `executor`).
 
   /// Guards every build and every lazy value's current build. One lock for all: it is taken only
-  /// on the slow path, for a few instructions at a time.
-  static let lock = Lock(rank: .asyncBuild)
+  /// on the slow path, for a few instructions at a time, through ``withLock(_:)``.
+  private static let lock = Lock(rank: .asyncBuild)
+
+  /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
+  /// only borrows it, so no code outside the lock's scope can have one.
+  struct Held: ~Copyable {
+    fileprivate init() {}
+  }
+
+  /// Runs `body` holding the lock that guards every build.
+  static func withLock<Result, Failure: Error>(
+    _ body: (borrowing Held) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+  }
 
   /// A lazy value's state machine (the table of `AsyncBuildMachine.swift`), and its build in
-  /// flight, if any; guarded by ``lock``.
+  /// flight, if any: reachable only with the lock's proof.
   final class Slot: @unchecked Sendable {
-    // This is safe because `machine` and `build` are only read and written under
-    // `AsyncBuild.lock`.
-    var machine = AsyncBuildMachine<Caller>()
-    var build: AsyncBuild?
+    // This is safe because its one field, `state`, is reachable only with the lock's proof
+    // (``withState(holding:_:)``, a `Guarded`).
+
+    struct State {
+      var machine = AsyncBuildMachine<CallerQueue>()
+      var build: AsyncBuild?
+    }
+
+    private var state = Guarded<State, Held>(State())
+
+    /// Reads or changes the slot's state, holding the lock.
+    func withState<Result>(holding held: borrowing Held, _ body: (inout State) -> Result) -> Result
+    {
+      state.modify(held, body)
+    }
   }
 
   /// How a caller's wait ended.
@@ -51,9 +76,14 @@ final class AsyncBuild: @unchecked Sendable {
 
   /// A caller waiting for a build.
   final class Caller: @unchecked Sendable {
-    // This is safe because the variables are only read and written under `AsyncBuild.lock`, but
-    // the continuation, which is resumed once, after the caller was taken out of the build under
-    // the lock.
+    // This is safe because its mutable state is reachable only with the lock's proof: whether
+    // it was cancelled before it arrived (`isCancelled`, a `Guarded`) and its continuation,
+    // written once, under the lock, before the caller joins a machine, and read only by
+    // ``resumeAnswered(with:)``, on the thread that took it out of the machine under the lock;
+    // and for `next`, the link of ``CallerQueue``, which only that queue reads and writes: inside
+    // a lazy value's machine, under the lock, or in the effects that took the caller out of it,
+    // which own it until they resume it.
+
     let since = Platform.monotonicNanoseconds()
     /// Where the caller awaits, and whether it brought a build (`false`: a wait that never
     /// builds).
@@ -64,8 +94,11 @@ final class AsyncBuild: @unchecked Sendable {
     /// Whether the caller's task prefers `insideBuild`'s executor, which only the build's task
     /// and the child tasks it must wait for do (see ``Executor``).
     let prefersBuildExecutor: Bool
-    var continuation: UnsafeContinuation<Outcome, Never>?
-    var isCancelled = false
+    /// Whether the caller's task was cancelled before it arrived: its arrival answers it then.
+    private var isCancelled = Guarded<Bool, Held>(false)
+    private var continuation: UnsafeContinuation<Outcome, Never>?
+    /// The caller queued behind this one (see ``CallerQueue``).
+    fileprivate var next: Caller?
 
     init(insideBuild: AsyncBuild?, site: CallSite, bringsBuild: Bool) {
       self.site = site
@@ -81,10 +114,10 @@ final class AsyncBuild: @unchecked Sendable {
 
     /// Whether the caller is part of `build` that the build must wait for: the build's own task
     /// (whatever executor it prefers now), or a child task of it. Such a caller can never be
-    /// answered. Called under the lock.
-    func awaitsItsOwnBuild(_ build: AsyncBuild) -> Bool {
+    /// answered.
+    func awaitsItsOwnBuild(_ build: AsyncBuild, holding held: borrowing Held) -> Bool {
       guard insideBuild === build else { return false }
-      return prefersBuildExecutor || build.isCurrentTask()
+      return prefersBuildExecutor || build.isCurrentTask(holding: held)
     }
 
     /// Whether the caller's task was started inside `build`, but is not known to be part of it:
@@ -92,27 +125,91 @@ final class AsyncBuild: @unchecked Sendable {
     func wasStartedInside(_ build: AsyncBuild) -> Bool {
       insideBuild === build && !prefersBuildExecutor
     }
+
+    /// Records that the caller's task was cancelled before it arrived, holding the lock.
+    func noteCancelled(holding held: borrowing Held) { isCancelled.modify(held) { $0 = true } }
+
+    /// Records the caller's continuation, holding the lock, before it joins a machine; returns
+    /// whether its task was cancelled before.
+    func suspend(
+      with continuation: UnsafeContinuation<Outcome, Never>, holding held: borrowing Held
+    ) -> Bool {
+      self.continuation = continuation
+      return isCancelled.read(held)
+    }
+
+    /// Resumes the caller with its answer: after the lock, on the thread that took it out of
+    /// the machine under it. Nothing writes the continuation once the caller has joined.
+    func resumeAnswered(with outcome: Outcome) { continuation?.resume(returning: outcome) }
+  }
+
+  /// The callers of a lazy value's builds, in arrival order: a list threaded through them, so
+  /// that joining allocates nothing. Under ``lock``, inside the value's machine, or owned by the
+  /// effects that answered them after it, until they are resumed.
+  struct CallerQueue: CallerBatch {
+    private var head: Caller?
+    private var tail: Caller?
+
+    init() {}
+
+    var isEmpty: Bool { head == nil }
+
+    mutating func append(_ caller: Caller) {
+      caller.next = nil
+      if let tail { tail.next = caller } else { head = caller }
+      tail = caller
+    }
+
+    mutating func removeFirst() -> Caller? {
+      guard let caller = head else { return nil }
+      head = caller.next
+      if head == nil { tail = nil }
+      caller.next = nil
+      return caller
+    }
+
+    func makeIterator() -> Iterator { Iterator(current: head) }
+
+    struct Iterator: IteratorProtocol {
+      var current: Caller?
+
+      mutating func next() -> Caller? {
+        defer { current = current?.next }
+        return current
+      }
+    }
   }
 
   let label: CellLabel
   let marker = Marker()
   let executor = Executor()
-  /// The build's own task while it runs; guarded by ``lock``. Compared with the current task
-  /// only, while the build is not over: the task is alive until it ends the build.
-  var task: UnsafeCurrentTask?
-  /// When the build reached the main actor; guarded by ``lock``.
-  var startedAt: UInt64 = 0
   /// The lazy value's state, whose callers wait for this build until it is over.
   let slot: Slot
-  /// Set once the build runs on the main actor; until then it waits for the main queue, or,
-  /// while only waits that never build wait, for a caller that builds.
-  var hasStarted = false
-  var isOver = false
-  /// When the oldest caller had begun to wait, once a stall report about the build was
-  /// delivered.
-  var reportedSince: UInt64?
-  /// Set while a timer watches the build for its callers.
-  var isTimed = false
+
+  /// What changes while the build is in flight.
+  struct State {
+    /// The build's own task while it runs. Compared with the current task only, while the build
+    /// is not over: the task is alive until it ends the build.
+    var task: UnsafeCurrentTask?
+    /// When the build reached the main actor.
+    var startedAt: UInt64 = 0
+    /// Set once the build runs on the main actor; until then it waits for the main queue, or,
+    /// while only waits that never build wait, for a caller that builds.
+    var hasStarted = false
+    var isOver = false
+    /// When the oldest caller had begun to wait, once a stall report about the build was
+    /// delivered.
+    var reportedSince: UInt64?
+    /// Set while a timer watches the build for its callers.
+    var isTimed = false
+  }
+
+  private var state = Guarded<State, Held>(State())
+
+  /// Reads or changes the build's state, holding the lock.
+  func withState<Result>(holding held: borrowing Held, _ body: (inout State) -> Result) -> Result {
+    state.modify(held, body)
+  }
 
   init(label: CellLabel, slot: Slot) {
     self.label = label
@@ -120,27 +217,32 @@ final class AsyncBuild: @unchecked Sendable {
     marker.build = self
   }
 
-  /// The callers waiting for this build: none once it is over. Under ``lock``.
-  var callers: [Caller] { isOver ? [] : slot.machine.callers }
+  /// The callers waiting for this build: none once it is over.
+  func callers(holding held: borrowing Held) -> [Caller] {
+    guard !state.read(held).isOver else { return [] }
+    return slot.withState(holding: held) { Array($0.machine.callers) }
+  }
 
   /// Records the calling task as the build's own task. Called first thing in that task.
   func noteBuildTask() {
-    withUnsafeCurrentTask { task in Self.lock.withLock { self.task = task } }
+    withUnsafeCurrentTask { task in Self.withLock { withState(holding: $0) { $0.task = task } } }
   }
 
-  /// Whether the calling task is the build's own task. Called under ``lock``.
-  func isCurrentTask() -> Bool {
-    guard let task else { return false }
+  /// Whether the calling task is the build's own task.
+  func isCurrentTask(holding held: borrowing Held) -> Bool {
+    guard let task = state.read(held).task else { return false }
     return withUnsafeCurrentTask { $0 == task }
   }
 
   /// Reports the end of a reported stall, once, when the build is over (`finished`) or nobody
   /// waits for it any more.
   func reportEndIfReported(finished: Bool) {
-    let since = Self.lock.withLock { () -> UInt64? in
-      guard finished || callers.isEmpty else { return nil }
-      defer { reportedSince = nil }
-      return reportedSince
+    let since = Self.withLock { held -> UInt64? in
+      guard finished || callers(holding: held).isEmpty else { return nil }
+      return withState(holding: held) { state in
+        defer { state.reportedSince = nil }
+        return state.reportedSince
+      }
     }
     if let since {
       MainQueueEngine.observer?.reportedWaitEnded(self, finished: finished, waitingSince: since)
@@ -150,15 +252,18 @@ final class AsyncBuild: @unchecked Sendable {
 
 extension AsyncBuild: TimedSubject {
   func stallSnapshot() -> StallSnapshot? {
-    Self.lock.withLock {
-      guard !isOver else { return nil }
+    Self.withLock { held in
+      let state = state.read(held)
+      guard !state.isOver else { return nil }
+      let callers = callers(holding: held)
       var snapshot = StallSnapshot(
         callers: callers.map {
           .init(
             kind: .task, thread: nil, site: $0.site, since: $0.since, bringsAttempt: $0.bringsBuild)
         },
-        obstacle: hasStarted
-          ? .builder(since: startedAt) : slot.machine.isBuilding ? .mainQueue : .noAttempt)
+        obstacle: state.hasStarted
+          ? .builder(since: state.startedAt)
+          : slot.withState(holding: held) { $0.machine.isBuilding } ? .mainQueue : .noAttempt)
       let startedInside = callers.filter { $0.wasStartedInside(self) }.map { "\($0.site)" }
       if !startedInside.isEmpty {
         let one = startedInside.count == 1
@@ -177,10 +282,12 @@ extension AsyncBuild: TimedSubject {
   func timerLook() -> StallSnapshot? { stallSnapshot() }
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
-    Self.lock.withLock {
-      guard reportedSince == nil, !isOver else { return false }
-      reportedSince = waitingSince
-      return true
+    Self.withLock { held in
+      withState(holding: held) { state in
+        guard state.reportedSince == nil, !state.isOver else { return false }
+        state.reportedSince = waitingSince
+        return true
+      }
     }
   }
 }

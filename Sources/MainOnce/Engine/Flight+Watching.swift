@@ -16,9 +16,9 @@ extension Flight: StallSubject {
     guard outcome(holding: held) == nil else { return nil }
     let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
       switch waiter.kind {
-      case .thread(_, let thread):
+      case .thread(let parked):
         .init(
-          kind: .thread, thread: thread, site: waiter.site, since: waiter.since,
+          kind: .thread, thread: parked.id, site: waiter.site, since: waiter.since,
           bringsAttempt: waiter.bringsAttempt)
       case .task:
         .init(
@@ -61,8 +61,8 @@ extension Flight: StallSubject {
 
 extension Waiter: BlockingWait {
   var thread: ThreadID {
-    guard case .thread(_, let thread) = kind else { return ThreadID(rawValue: 0) }
-    return thread
+    guard case .thread(let parked) = kind else { return ThreadID(rawValue: 0) }
+    return parked.id
   }
   var proof: WaitProof { .structural }
   // A caller in main context that brings an attempt runs the flight itself, and never parks; a
@@ -72,7 +72,7 @@ extension Waiter: BlockingWait {
 
   func blockers() -> Blockers {
     OnceCell.withLock { held in
-      guard resolution == nil, let flight = flight(holding: held),
+      guard answer == nil, let flight = flight(holding: held),
         flight.outcome(holding: held) == nil
       else {
         return .none

@@ -32,7 +32,9 @@ final class Flight: @unchecked Sendable {
   }
 
   let label: CellLabel
+  // This is safe because only methods that take the lock's proof reach it.
   @exclusivity(unchecked) private var machine = FlightMachine(callers: WaiterQueue())
+  // This is safe because only methods that take the lock's proof reach it.
   @exclusivity(unchecked) private var marks = Marks()
   /// Bumped whenever the runner changes: the deadlock detector checks that it did not change
   /// while it gathered evidence.
@@ -57,7 +59,7 @@ final class Flight: @unchecked Sendable {
   func callers(holding _: borrowing OnceCell.Held) -> [Waiter] { Array(machine.callers) }
 
   /// The thread in main context that runs the flight's attempts, and the attempt it runs.
-  func runner(holding _: borrowing OnceCell.Held) -> Runner? {
+  func runner(holding held: borrowing OnceCell.Held) -> Runner? {
     guard let thread = machine.runner, let owner = machine.running else { return nil }
     return Runner(thread: thread, site: owner.site, since: owner.startedAt)
   }
@@ -76,6 +78,7 @@ final class Flight: @unchecked Sendable {
 
   /// Flights whose hop is on its way, and has not started: main-queue code that waits under the
   /// `service` policy runs them in place.
+  // This is safe because only methods that take the lock's proof reach it.
   @exclusivity(unchecked) nonisolated(unsafe) private static var awaitingHop: [Flight] = []
 
   /// The flights whose hop is on its way, and has not started.
@@ -84,48 +87,42 @@ final class Flight: @unchecked Sendable {
   /// The parking of the wait without an attempt that blocks the main queue now, if one does:
   /// every attempt queued while it waits wakes it, to run the attempts no hop can
   /// (`MainQueueEngine.serve(until:on:parking:)`).
-  @exclusivity(unchecked) nonisolated(unsafe) private static var servingWait: Parking?
+  // This is safe because only methods that take the lock's proof reach it.
+  @exclusivity(unchecked) nonisolated(unsafe) private static var servingWait: ParkedThread?
 
   /// Makes `parking` the serving wait's (`nil`: none), and returns the one it replaces: a wait
   /// nested in an attempt that the outer one runs puts that one back when it ends.
-  static func serve(with parking: Parking?, holding _: borrowing OnceCell.Held) -> Parking? {
+  static func serve(
+    with parking: ParkedThread?, holding _: borrowing OnceCell.Held
+  ) -> ParkedThread? {
     defer { servingWait = parking }
     return servingWait
   }
 
   /// ``FlightMachine/arrive(_:on:inMainContext:isCancelled:bringsAttempt:)``: queues `waiter`
-  /// unless it is re-entrant or cancelled. A hop it must send is marked as on its way: send it
-  /// once the lock is released. A wait that serves the main queue is woken for every attempt
-  /// queued, hop or not: a hop it made unnecessary by running its flight's attempts stays on
-  /// its way, and the next attempt of that flight sends none.
+  /// unless it is re-entrant or cancelled, and returns what it does next and the effects to
+  /// perform. A caller that does not block (`timed`: a task, a completion handler) starts the
+  /// flight's stall timer if it is the first to wait. The waiter refers to the flight from here
+  /// on, unless it is answered on the spot (which clears it) or re-entrant (which stops).
   func arrive(
     _ waiter: Waiter, on thread: ThreadID?, inMainContext: Bool, isCancelled: Bool = false,
-    holding _: borrowing OnceCell.Held
-  ) -> Arrival<Waiter, ThreadID> {
-    let arrival = transition {
+    timed: Bool = false, holding held: borrowing OnceCell.Held
+  ) -> (Arrival<Waiter, ThreadID>, FlightEffects<WaiterQueue>) {
+    waiter.flight = self
+    var step = transition(holding: held) {
       $0.arrive(
         waiter, on: thread, inMainContext: inMainContext, isCancelled: isCancelled,
         bringsAttempt: waiter.bringsAttempt)
     }
-    switch arrival {
-    case .cancelled, .reentrant: break
-    case .wait(let sendsHop):
-      waiter.flight = self
-      if sendsHop { Self.awaitingHop.append(self) }
-      if waiter.bringsAttempt { Self.servingWait?.unpark() }
-    case .drive, .runByAnotherThread: waiter.flight = self
-    }
-    return arrival
+    if timed, case .wait = step.0 { (step.1.startsTimer, marks.isTimed) = (!marks.isTimed, true) }
+    return step
   }
 
   /// ``FlightMachine/mainQueueReached(on:isHop:)``.
   func mainQueueReached(
-    on thread: ThreadID, isHop: Bool, holding _: borrowing OnceCell.Held
-  ) -> HopStep<Waiter, ThreadID> {
-    if isHop, let index = Self.awaitingHop.firstIndex(where: { $0 === self }) {
-      Self.awaitingHop.remove(at: index)
-    }
-    return transition { $0.mainQueueReached(on: thread, isHop: isHop) }
+    on thread: ThreadID, isHop: Bool, holding held: borrowing OnceCell.Held
+  ) -> (HopStep<Waiter, ThreadID>, FlightEffects<WaiterQueue>) {
+    transition(holding: held) { $0.mainQueueReached(on: thread, isHop: isHop) }
   }
 
   /// ``FlightMachine/init(callers:adopting:runBy:)``: takes over an attempt that `thread` runs
@@ -133,13 +130,15 @@ final class Flight: @unchecked Sendable {
   /// running it is made here, by the thread that arrived (its site is that thread's, and never
   /// shown: a re-entrant call names the in-place call from its own thread's record).
   func adoptInPlaceRun(
-    by thread: ThreadID, in word: UnsafePointer<_OnceWord>, holding _: borrowing OnceCell.Held
+    by thread: ThreadID, in word: UnsafePointer<_OnceWord>, holding held: borrowing OnceCell.Held
   ) {
     let standIn = Waiter(
       site: CallSite(file: "", line: 0), label: label, kind: .inPlace, attempt: nil,
       storage: word)
     standIn.flight = self
-    transition { $0 = FlightMachine(callers: WaiterQueue(), adopting: standIn, runBy: thread) }
+    transition(holding: held) {
+      $0 = FlightMachine(callers: WaiterQueue(), adopting: standIn, runBy: thread)
+    }
   }
 
   /// The caller whose attempt runs, if one does.
@@ -148,47 +147,46 @@ final class Flight: @unchecked Sendable {
   /// Whether a caller's attempt is queued, not started yet.
   func hasQueuedAttempt(holding _: borrowing OnceCell.Held) -> Bool { machine.hasQueuedAttempt }
 
-  /// ``FlightMachine/startNextAttempt(on:)``.
-  func startNextAttempt(on thread: ThreadID, holding _: borrowing OnceCell.Held) -> Waiter? {
-    transition { $0.startNextAttempt(on: thread) }
+  /// ``FlightMachine/startNextAttempt(on:)``: the caller whose attempt `thread` runs next, and
+  /// that attempt.
+  func startNextAttempt(on thread: ThreadID, holding held: borrowing OnceCell.Held) -> Waiter? {
+    transition(holding: held) { $0.startNextAttempt(on: thread) }
   }
 
-  /// ``FlightMachine/finish(_:with:resolve:)``: records the end of `owner`'s attempt, resolves
-  /// the callers it ends, and publishes a success if a borrower waits.
-  func finish(
-    _ owner: Waiter, with result: Result<UInt, any Error>, into wakes: inout Wakes,
+  /// ``FlightMachine/settle(_:with:on:)``: records the end of `owner`'s attempt, its value or
+  /// its error, and starts the next on `thread`. When nothing runs next, a stall an observer
+  /// reported has ended.
+  func settle(
+    _ owner: Waiter, with result: Result<UInt, any Error>, on thread: ThreadID,
     holding held: borrowing OnceCell.Held
-  ) {
-    let value: UInt?
-    var failure: (any Error)?
-    switch result {
-    case .success(let success): value = success
-    case .failure(let error): (value, failure) = (nil, error)
+  ) -> (next: Waiter?, FlightEffects<WaiterQueue>) {
+    var step = transition(holding: held) { $0.settle(owner, with: try? result.get(), on: thread) }
+    if case .failure(let error) = result { step.1.failure = error }
+    if step.next == nil, marks.reportedSince != nil, let since = endOfReportedStall(holding: held) {
+      step.1.stallEnded = (since, machine.outcome != nil)
     }
-    let borrower = transition {
-      $0.finish(owner, with: value) { wakes.resolve($0, Resolution($1, failure: failure)) }
-    }
-    // Published last: a caller that finds the word done on the fast path submits its
-    // completion handler after every queued one. The borrower is resolved but not yet woken,
-    // so its storage is still in place.
-    if let value, let storage = borrower?.storage {
-      OnceCell.publish(value, in: storage, holding: held)
-    }
+    return step
   }
 
-  /// ``FlightMachine/cancel(_:resolve:)``: takes a task's waiter out of the queue after its
-  /// task was cancelled, unless its attempt has started or it is resolved already.
-  func cancel(_ waiter: Waiter, into wakes: inout Wakes, holding _: borrowing OnceCell.Held) {
-    transition { $0.cancel(waiter) { wakes.resolve($0, Resolution($1, failure: nil)) } }
+  /// ``FlightMachine/cancel(_:)``: takes a task's waiter out of the queue after its task was
+  /// cancelled, unless its attempt has started or it is resolved already.
+  func cancel(
+    _ waiter: Waiter, holding held: borrowing OnceCell.Held
+  ) -> FlightEffects<WaiterQueue> {
+    var effects = transition(holding: held) { $0.cancel(waiter) }
     // Nobody is left to watch for: the next caller that does not block starts a timer again.
     if machine.callers.isEmpty { marks.isTimed = false }
+    if let since = endOfReportedStall(holding: held) { effects.stallEnded = (since, false) }
+    return effects
   }
 
   /// Applies one transition of the machine, then what the engine keeps beside it: the epoch its
   /// watchers read, when the attempt that runs started; and checks the machine's invariant, in
   /// release builds too: queued callers without a runner or a hop would wait for ever.
   /// Called only by the methods above, which take proof that the caller holds the lock.
-  private func transition<Result>(_ body: (inout FlightMachine<WaiterQueue>) -> Result) -> Result {
+  private func transition<Result>(
+    holding held: borrowing OnceCell.Held, _ body: (inout FlightMachine<WaiterQueue>) -> Result
+  ) -> Result {
     let (runner, running) = (machine.runner, machine.running)
     let result = body(&machine)
     if machine.runner != runner { epoch.add(1, ordering: .releasing) }
@@ -228,22 +226,84 @@ final class Flight: @unchecked Sendable {
     flight.release()
   }
 
-  /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed(strand:)``), and
-  /// returns the completion-form waits that nothing can answer any more, which it has let go:
-  /// release them after the lock. A look of the flight's stall timer asks: a flight with such a
-  /// wait has one running, started by the first caller that does not block, and stopped (and
-  /// forgotten, so that the next such caller starts one again) only once no caller is left.
-  func strandedWaits(holding _: borrowing OnceCell.Held) -> [Waiter] {
-    guard storageIsGone.load(ordering: .acquiring) else { return [] }
-    var stranded: [Waiter] = []
-    transition { $0.storageFreed { stranded.append($0) } }
-    return stranded
+  /// If the storage is gone, tells the machine so (``FlightMachine/storageFreed()``): its
+  /// effects let go of the completion-form waits that nothing can answer any more, after the
+  /// lock, and tell the observer that a stall it reported about them ended. A look of the
+  /// flight's stall timer asks: a flight with such a wait has one running, started by the first
+  /// caller that does not block, and stopped (and forgotten, so that the next such caller starts
+  /// one again) only once no caller is left.
+  func strandedWaits(holding held: borrowing OnceCell.Held) -> FlightEffects<WaiterQueue> {
+    guard storageIsGone.load(ordering: .acquiring) else { return FlightEffects() }
+    var effects = transition(holding: held) { $0.storageFreed() }
+    if !effects.callers.isEmpty, let since = endOfReportedStall(holding: held) {
+      effects.stallEnded = (since, false)
+    }
+    return effects
   }
 
   private static func reference(_ raw: UInt) -> Unmanaged<Flight>? {
     guard raw & 0b11 == 1, let pointer = UnsafeRawPointer(bitPattern: raw & ~1) else { return nil }
     return Unmanaged<Flight>.fromOpaque(pointer)
   }
+}
+
+// MARK: - Where a flight's effects are performed
+
+extension Flight: FlightShell {
+  typealias Callers = WaiterQueue
+
+  func wakeup(of waiter: Waiter) -> Waiter.Kind { waiter.kind }
+
+  func servingWait(holding _: borrowing OnceCell.Held) -> ParkedThread? { Self.servingWait }
+
+  func listAwaitingHop(_ awaits: Bool, holding _: borrowing OnceCell.Held) {
+    if awaits { Self.awaitingHop.append(self) } else { Self.awaitingHop.removeAll { $0 === self } }
+  }
+
+  /// The waiter leaves the flight, and from here on nothing runs its attempt. The releasing
+  /// store orders the answer before any read that finds it set.
+  func record(
+    _ verdict: Verdict, failure: (any Error)?, of waiter: Waiter, holding _: borrowing OnceCell.Held
+  ) {
+    waiter.flight = nil
+    waiter.resolution = verdict == .done ? .done : Resolution(verdict, failure: failure)
+    waiter.isResolved.store(true, ordering: .releasing)
+  }
+
+  func release(
+    _ submit: @Sendable (Resolution) -> Void, of waiter: Waiter, holding _: borrowing OnceCell.Held
+  ) {
+    submit(waiter.answer!)
+  }
+
+  func publish(_ value: UInt, through waiter: Waiter, holding held: borrowing OnceCell.Held) {
+    OnceCell.publish(value, in: waiter.storage!, holding: held)
+  }
+
+  func unpark(_ parked: ParkedThread) { parked.parking.unpark() }
+
+  func sendHop() { MainQueueEngine.sendHop(for: self) }
+
+  func startTimer() { startStallTimer() }
+
+  func tellStallEnded(since: UInt64, finished: Bool) {
+    MainQueueEngine.observer?.reportedWaitEnded(self, finished: finished, waitingSince: since)
+  }
+
+  // Nothing reads a caller's attempt once it is out of the flight, and its thread reuses the
+  // record only once woken. A stranded wait brought none: the interpreter's reference, dropped
+  // right after this, is its last, and takes its handler with it.
+  func letGo(_ waiter: Waiter) { waiter.attempt = nil }
+
+  func resume(_ continuation: UnsafeContinuation<Resolution, Never>?, of waiter: Waiter) {
+    continuation?.resume(returning: waiter.answer!)
+  }
+}
+
+/// A thread parked in a wait: where it sleeps, and which thread it is.
+struct ParkedThread {
+  let parking: Parking
+  let id: ThreadID
 }
 
 /// The thread running a flight's attempts, the call whose attempt runs, and since when.
@@ -272,59 +332,60 @@ enum Resolution {
 
 /// One caller of a flight, with the attempt it brought and how to tell it the end.
 final class Waiter: @unchecked Sendable {
-  // This is safe because the variables are only read and written under the engine's lock, but for
-  // the reads after it. `phase`, `next`, `startedAt` and `flight` are private to this file, whose
-  // code touches them only with the lock's proof in hand, and reachable elsewhere only through
-  // accessors that take it. The others: `resolution`, which is written once under the lock before
-  // the caller is told and read by the caller after it is told (through the lock, the parking's
-  // semaphore or the continuation, each of which orders the two); `kind` and `resolution`, which
-  // `Wakes.deliver` reads after the lock is released, on the thread that resolved the caller under
-  // it, before it wakes the caller (neither is written again until the caller's thread reuses the
-  // record); `attempt`, which only the runner reads, without the lock, while the caller waits for
-  // it, and `Wakes.deliver` clears after the lock, on the thread that resolved the caller, before
-  // it wakes it (nothing reads it once the caller is resolved); `isResolved`, an atomic; and every
-  // field written by ``reuse(site:label:kind:attempt:storage:)``, which runs only on the thread
-  // that owns the record, once nothing else refers to it (see
-  // ``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``): whoever let it go did so after
-  // its last read, and its release orders that read before the uniqueness check.
+  // This is safe because each field is reached in one way only, which keeps other threads out:
+  // the call's own fields (`site` to `storage`) are written only when the record is made or
+  // reused (``reuse(site:label:kind:attempt:storage:)``, on its thread, once nothing else
+  // refers to it), a task's continuation only with the lock's proof, before it arrives, and the
+  // attempt let go of only by whoever took the caller out of its flight (see `attempt`);
+  // `flight`, `startedAt` and the answer are this file's, which writes them only with the lock's
+  // proof in hand (the answer before the releasing store that sets `isResolved`), and reachable
+  // elsewhere only through accessors that take that proof, or, for the answer, only after an
+  // acquiring load finds `isResolved` set; `phase` and `next` are ``WaiterQueue``'s links.
 
-  /// How the caller learns its resolution: a parked thread is signalled; a suspended task
-  /// (`nil` until it has suspended) is resumed; a completion-form call's handler is submitted to
-  /// its queue, under the lock, so that handlers keep the order of the calls; main-context code
-  /// that runs the queue itself reads ``resolution`` when it is done.
-  enum Kind {
-    case thread(Parking, ThreadID)
-    case task(UnsafeContinuation<Resolution, Never>?)
-    case handler(@Sendable (Resolution) -> Void)
-    case inPlace
-  }
+  /// How the caller learns its resolution (see ``Wakeup``): a parked thread is unparked; a
+  /// suspended task (`nil` until it has suspended) is resumed; a completion-form call's handler
+  /// is released to its queue, under the lock, so that handlers keep the order of the calls;
+  /// main-context code that runs the queue itself reads its ``answer`` when it is done.
+  typealias Kind = Wakeup<
+    ParkedThread, UnsafeContinuation<Resolution, Never>?, @Sendable (Resolution) -> Void
+  >
 
-  @exclusivity(unchecked) private(set) var site: CallSite
-  @exclusivity(unchecked) private(set) var label: CellLabel
-  @exclusivity(unchecked) private(set) var since = Platform.monotonicNanoseconds()
-  @exclusivity(unchecked) var kind: Kind
-  /// The caller's attempt; `nil` once resolved, and for a wait that never initializes.
-  @exclusivity(unchecked) var attempt: Attempt?
+  private(set) var site: CallSite
+  private(set) var label: CellLabel
+  private(set) var since = Platform.monotonicNanoseconds()
+  private(set) var kind: Kind
+  /// The caller's attempt; `nil` once let go, and for a wait that never initializes. Only the
+  /// runner reads it, while it runs; whoever takes the caller out of its flight lets go of it,
+  /// after the lock (``Flight/letGo(_:)``), owning the caller until it wakes it.
+  fileprivate(set) var attempt: Attempt?
   /// Whether the caller brought an attempt; `false` for a wait that never initializes.
-  @exclusivity(unchecked) private(set) var bringsAttempt: Bool
+  private(set) var bringsAttempt: Bool
   /// Whether the caller is a wait without an attempt that blocks the main queue, and runs the
   /// attempts queued for it meanwhile.
-  @exclusivity(unchecked) private(set) var servesMainQueue = false
+  private(set) var servesMainQueue = false
   /// The storage the caller borrows until it is resolved; `nil` for a completion-form call.
   /// Read only while the caller is not resolved, or by the flight that resolves it as done.
-  @exclusivity(unchecked) private(set) var storage: UnsafePointer<_OnceWord>?
-  /// Where the caller is in its wait: the machine's, through ``WaiterQueue``.
-  @exclusivity(unchecked) fileprivate var phase = CallerPhase.arriving
+  private(set) var storage: UnsafePointer<_OnceWord>?
+  /// The flight the caller queued in, until it is answered.
+  fileprivate var flight: Flight?
   /// When its attempt started, while it runs.
-  @exclusivity(unchecked) fileprivate var startedAt: UInt64 = 0
-  /// The flight it queued in, until it is resolved.
-  @exclusivity(unchecked) fileprivate var flight: Flight?
-  /// The caller queued behind this one (see ``WaiterQueue``).
-  @exclusivity(unchecked) fileprivate var next: Waiter?
-  @exclusivity(unchecked) var resolution: Resolution?
-  /// Whether ``resolution`` is set, read without the lock (by the deadlock detector).
+  fileprivate var startedAt: UInt64 = 0
+  /// How its wait ended: see ``answer``.
+  fileprivate var resolution: Resolution?
+  /// Whether the caller is answered: a releasing store after its answer was written.
   let isResolved = Atomic(false)
+  /// Where the caller is in its wait: the machine's, through ``WaiterQueue``.
+  // This is safe because only ``WaiterQueue`` reads and writes it, inside a flight's machine
+  // (reachable only with the lock's proof); the dynamic check would only cost time.
+  @exclusivity(unchecked) fileprivate var phase = CallerPhase.arriving
+  /// The caller queued behind this one (see ``WaiterQueue``).
+  // This is safe because only ``WaiterQueue`` reads and writes it, inside a flight's machine
+  // (reachable only with the lock's proof) or in the effects that took the caller out of it,
+  // which own it until they wake it.
+  @exclusivity(unchecked) fileprivate var next: Waiter?
 
+  /// A caller that brings an attempt (`nil` only for the stand-in for an in-place run, whose
+  /// attempt runs already).
   init(
     site: CallSite, label: CellLabel, kind: Kind, attempt: Attempt?,
     storage: UnsafePointer<_OnceWord>?
@@ -334,7 +395,6 @@ final class Waiter: @unchecked Sendable {
     self.kind = kind
     self.attempt = attempt
     self.storage = storage
-    // Its attempt may be running already: the stand-in for an in-place run brings none here.
     bringsAttempt = true
   }
 
@@ -359,8 +419,26 @@ final class Waiter: @unchecked Sendable {
   /// The flight it queued in, until it is resolved.
   func flight(holding _: borrowing OnceCell.Held) -> Flight? { flight }
 
+  /// How the caller's wait ended, once it is answered (`nil` before): readable without the
+  /// lock, on the caller's thread after its wake, or by whoever answered it.
+  var answer: Resolution? { isResolved.load(ordering: .acquiring) ? resolution : nil }
+
+  /// Records the task's continuation, holding the lock, before the caller arrives.
+  func suspend(
+    with continuation: UnsafeContinuation<Resolution, Never>, holding _: borrowing OnceCell.Held
+  ) {
+    kind = .task(continuation)
+  }
+
+  /// Lets go of the attempt of a caller that found the cell done before it queued: on its own
+  /// thread, since nothing else ever saw it.
+  func dropUnqueuedAttempt() { attempt = nil }
+
   /// Makes a blocking caller's record, resolved and referred to by nothing but its thread,
-  /// new again for that thread's next wait: what a fresh one would be.
+  /// new again for that thread's next wait: what a fresh one would be. Only on the record's
+  /// thread, once nothing else refers to it (``ThreadRecord/takeWaiter(site:label:kind:attempt:storage:)``
+  /// checks it): whoever let go of it did so after its last access, and its release orders
+  /// that access before the uniqueness check.
   func reuse(
     site: CallSite, label: CellLabel, kind: Kind, attempt: @escaping Attempt,
     storage: UnsafePointer<_OnceWord>
@@ -380,49 +458,16 @@ final class Waiter: @unchecked Sendable {
   }
 }
 
-/// Resolutions decided under the lock, delivered once it is released. The first waiter
-/// resolved is kept inline (a first call resolves one), the others in an array.
-struct Wakes {
-  private var first: Waiter?
-  private var others: [Waiter] = []
-
-  /// Resolves `waiter`. Under the lock: from here on nothing runs its attempt, and a
-  /// completion handler is submitted right away, in order.
-  mutating func resolve(_ waiter: Waiter, _ resolution: Resolution) {
-    waiter.flight = nil
-    waiter.resolution = resolution
-    waiter.isResolved.store(true, ordering: .releasing)
-    if case .handler(let submit) = waiter.kind { submit(resolution) }
-    if first == nil { first = waiter } else { others.append(waiter) }
-  }
-
-  /// Lets go of each resolved caller's attempt, then wakes the parked threads and resumes the
-  /// tasks. After the lock is released: an attempt may hold the last reference to anything,
-  /// whose deinit may call MainOnce. Before the wake: a blocking caller's attempt must be let go
-  /// before its call returns.
-  func deliver() {
-    func wake(_ waiter: Waiter) {
-      // Nothing reads a resolved caller's attempt, and its thread reuses the record only
-      // once woken.
-      waiter.attempt = nil
-      switch waiter.kind {
-      case .thread(let parking, _): parking.unpark()
-      case .task(let continuation): continuation?.resume(returning: waiter.resolution!)
-      case .handler, .inPlace: break
-      }
-    }
-    if let first { wake(first) }
-    others.forEach(wake)
-  }
-}
-
 /// The callers of a flight, in arrival order: a list threaded through the waiters, so that
 /// queueing one allocates nothing; each caller's phase is kept in its waiter. Under the lock.
-struct WaiterQueue: Sequence, FlightCallers {
+struct WaiterQueue: FlightCallers, CallerBatch {
   typealias Thread = ThreadID
+  typealias Batch = WaiterQueue
 
   private var head: Waiter?
   private var tail: Waiter?
+
+  init() {}
 
   var isEmpty: Bool { head == nil }
 

@@ -29,7 +29,7 @@ internal import _CMainOnceShims
 /// installs the deadlock detector as the engine's observer, from the token's cell
 /// (`DetectorInstallation.swift`, ``install(observer:)``): two stores, and no line of the
 /// detector. Line coverage of one such call from a worker under `dispatchMain()`, first use in
-/// the process included, counts 16 files and 620 lines in a debug build, 599 in release (Swift
+/// the process included, counts 16 files and 610 lines in a debug build, 598 in release (Swift
 /// 6.3.1; the `DA:` lines with a count under `Sources/MainOnce/` of `llvm-cov export
 /// -format=lcov`): the rest are the lock, the platform's clock and thread id, the wait board,
 /// labels and settings, and in a debug build the engine's test counters, and no line of the
@@ -54,7 +54,7 @@ enum MainQueueEngine {
   private enum Step {
     case done
     case drive(Flight, first: Waiter?)
-    case park(Flight, hop: Bool)
+    case park
     /// A re-entrant call: the site of the call whose attempt runs, if its flight knows it.
     case reentrant(CallSite?)
   }
@@ -81,6 +81,10 @@ enum MainQueueEngine {
   }
 
   /// How ``run(_:site:_:)``'s call ended.
+  ///
+  /// The attempt is queued only while this call waits for it, and every reference to it is
+  /// dropped when this caller is answered (the flight lets go of it), before it returns:
+  /// `withoutActuallyEscaping` checks exactly that.
   private static func resolve(_ cell: OnceCell, site: CallSite, _ attempt: Attempt) -> Resolution {
     let thread = ThreadRecord.current(at: site)
     let drives = MainContext.isCurrent(on: thread)
@@ -92,29 +96,26 @@ enum MainQueueEngine {
       }
       if cell.isRunInPlace(by: thread.id) { reenter(cell, site: site, runnerSite: nil, on: thread) }
     }
-    // The attempt is queued only while this call waits for it, and every reference to it is
-    // dropped when this caller is resolved (`Wakes.resolve`), before it returns:
-    // `withoutActuallyEscaping` checks exactly that.
     return withoutActuallyEscaping(attempt) { attempt -> Resolution in
       let parking = thread.takeParking()
       defer { thread.returnParking(parking) }
       let waiter = thread.takeWaiter(
-        site: site, label: cell.label, kind: drives ? .inPlace : .thread(parking, thread.id),
+        site: site, label: cell.label,
+        kind: drives ? .inPlace : .thread(ParkedThread(parking: parking, id: thread.id)),
         attempt: attempt, storage: cell.word)
       switch arriveBlocking(waiter, at: cell, on: thread, inMainContext: drives) {
       case .done:
         // Unused: the record's attempt is dropped, so that it keeps nothing of this call.
-        waiter.attempt = nil
+        waiter.dropUnqueuedAttempt()
         return .done
       case .reentrant(let runnerSite):
         reenter(cell, site: site, runnerSite: runnerSite, on: thread)
       case .drive(let flight, let first):
         drive(flight, from: first, on: thread)
-        return waiter.resolution!
-      case .park(let flight, let hop):
-        if hop { sendHop(for: flight) }
+        return waiter.answer!
+      case .park:
         park(waiter, on: thread, parking: parking)
-        return waiter.resolution!
+        return waiter.answer!
       }
     }
   }
@@ -125,12 +126,16 @@ enum MainQueueEngine {
   private static func arriveBlocking(
     _ waiter: Waiter, at cell: OnceCell, on thread: ThreadRecord, inMainContext: Bool
   ) -> Step {
-    OnceCell.withLock { held -> Step in
-      guard case .inFlight(let flight) = cell.phase(holding: held) else { return .done }
-      switch flight.arrive(waiter, on: thread.id, inMainContext: inMainContext, holding: held) {
-      case .reentrant: return .reentrant(flight.runner(holding: held)!.site)
-      case .drive(let first): return .drive(flight, first: first)
-      case .wait(let sendsHop): return .park(flight, hop: sendsHop)
+    transition { held -> (Step, Flight?, FlightEffects<WaiterQueue>) in
+      guard case .inFlight(let flight) = cell.phase(holding: held) else {
+        return (.done, nil, FlightEffects())
+      }
+      let (arrival, effects) = flight.arrive(
+        waiter, on: thread.id, inMainContext: inMainContext, holding: held)
+      switch arrival {
+      case .reentrant: return (.reentrant(flight.runner(holding: held)!.site), flight, effects)
+      case .drive(let first): return (.drive(flight, first: first), flight, effects)
+      case .wait: return (.park, flight, effects)
       case .runByAnotherThread(let runner):
         Diagnostics.internalInconsistency(
           "\(thread.id) holds the main queue while \(runner) runs \(cell.label)")
@@ -153,7 +158,8 @@ enum MainQueueEngine {
     // it has returned must not reach the thread's next wait.
     let parking = Parking()
     let waiter = Waiter(
-      waitingAt: site, label: cell.label, kind: .thread(parking, thread.id),
+      waitingAt: site, label: cell.label,
+      kind: .thread(ParkedThread(parking: parking, id: thread.id)),
       servesMainQueue: inMainContext, storage: cell.word)
     switch arriveBlocking(waiter, at: cell, on: thread, inMainContext: inMainContext) {
     case .done: return
@@ -175,10 +181,12 @@ enum MainQueueEngine {
   /// nested in an attempt that an outer one runs wakes the outer one when it ends: a wake meant
   /// for the outer wait may have reached it.
   private static func serve(until waiter: Waiter, on thread: ThreadRecord, parking: Parking) {
-    let outer = OnceCell.withLock { Flight.serve(with: parking, holding: $0) }
+    let outer = OnceCell.withLock {
+      Flight.serve(with: ParkedThread(parking: parking, id: thread.id), holding: $0)
+    }
     defer {
       _ = OnceCell.withLock { Flight.serve(with: outer, holding: $0) }
-      outer?.unpark()
+      outer?.parking.unpark()
     }
     // Its grace and its stall count from here, however often it wakes to serve.
     let since = (
@@ -212,38 +220,30 @@ enum MainQueueEngine {
       }
     let resolution = await withTaskCancellationHandler {
       await withUnsafeContinuation { continuation in
-        let (now, flight, hop, times) = OnceCell.withLock {
-          held -> (Resolution?, Flight?, Bool, Bool) in
+        let now = transition { held -> (Resolution?, Flight?, FlightEffects<WaiterQueue>) in
           guard case .inFlight(let flight) = cell.phase(holding: held) else {
-            return (.done, nil, false, false)
+            return (.done, nil, FlightEffects())
           }
-          waiter.kind = .task(continuation)
+          waiter.suspend(with: continuation, holding: held)
           // A task cancelled before this found nothing to take out of the queue: it never
-          // queues. One cancelled after this finds it queued (the handler takes the lock).
-          switch flight.arrive(
-            waiter, on: nil, inMainContext: false, isCancelled: Task.isCancelled, holding: held)
-          {
-          case .cancelled: return (.cancelled, nil, false, false)
-          case .wait(let sendsHop): return (nil, flight, sendsHop, flight.claimTimer(holding: held))
+          // queues, and the effects answer it. One cancelled after this finds it queued (the
+          // handler takes the lock).
+          let (arrival, effects) = flight.arrive(
+            waiter, on: nil, inMainContext: false, isCancelled: Task.isCancelled, timed: true,
+            holding: held)
+          switch arrival {
+          case .cancelled, .wait: return (nil, flight, effects)
           case .reentrant, .drive, .runByAnotherThread:
             Diagnostics.internalInconsistency("a task was given the main queue's role")
           }
         }
-        if let now { return continuation.resume(returning: now) }
-        if hop { sendHop(for: flight!) }
-        if times { flight!.startStallTimer() }
+        if let now { continuation.resume(returning: now) }
       }
     } onCancel: {
-      var wakes = Wakes()
-      let ended = OnceCell.withLock { held -> (Flight, UInt64)? in
-        guard let flight = waiter.flight(holding: held) else { return nil }
-        flight.cancel(waiter, into: &wakes, holding: held)
-        return flight.endOfReportedStall(holding: held).map { (flight, $0) }
+      transition { held -> (Void, Flight?, FlightEffects<WaiterQueue>) in
+        guard let flight = waiter.flight(holding: held) else { return ((), nil, FlightEffects()) }
+        return ((), flight, flight.cancel(waiter, holding: held))
       }
-      if let (flight, since) = ended {
-        observer?.reportedWaitEnded(flight, finished: false, waitingSince: since)
-      }
-      wakes.deliver()
     }
     switch resolution {
     case .done: return
@@ -266,22 +266,17 @@ enum MainQueueEngine {
 
   /// Queues a completion-form caller. Returns `false`, without queueing it, if the cell is done.
   static func enqueue(_ waiter: Waiter, for cell: OnceCell) -> Bool {
-    let (flight, hop, times) = OnceCell.withLock { held -> (Flight?, Bool, Bool) in
+    transition { held -> (Bool, Flight?, FlightEffects<WaiterQueue>) in
       guard case .inFlight(let flight) = cell.phase(holding: held) else {
-        return (nil, false, false)
+        return (false, nil, FlightEffects())
       }
-      guard
-        case .wait(let sendsHop) = flight.arrive(
-          waiter, on: nil, inMainContext: false, holding: held)
-      else {
+      let (arrival, effects) = flight.arrive(
+        waiter, on: nil, inMainContext: false, timed: true, holding: held)
+      guard case .wait = arrival else {
         Diagnostics.internalInconsistency("a completion handler was given the main queue's role")
       }
-      return (flight, sendsHop, flight.claimTimer(holding: held))
+      return (true, flight, effects)
     }
-    guard let flight else { return false }
-    if hop { sendHop(for: flight) }
-    if times { flight.startStallTimer() }
-    return true
   }
 
   // MARK: - Waiting
@@ -343,11 +338,10 @@ enum MainQueueEngine {
 
   // MARK: - Running the queue in main context
 
-  /// Sends the hop that ``Flight/arrive(_:on:inMainContext:isCancelled:holding:)`` claimed,
-  /// after the lock is released (a worker that picks it up at once must not find the lock
-  /// held): `dispatch_async_f` with the flight as its context, so that no block is allocated and
-  /// copied on a first call's path.
-  private static func sendHop(for flight: Flight) {
+  /// Sends the hop that a flight's transition asked for, after the lock is released (a main
+  /// thread that picks it up at once must not find the lock held): `dispatch_async_f` with the
+  /// flight as its context, so that no block is allocated and copied on a first call's path.
+  static func sendHop(for flight: Flight) {
     #if DEBUG || MAINONCE_INSTRUMENTATION
       EngineCounters.noteHop()
     #endif
@@ -385,8 +379,9 @@ enum MainQueueEngine {
       Diagnostics.internalInconsistency(
         "\(thread.id) would run \(flight.label) without holding the main queue")
     }
-    let step = OnceCell.withLock {
-      flight.mainQueueReached(on: thread.id, isHop: isHop, holding: $0)
+    let step = transition { held in
+      let (step, effects) = flight.mainQueueReached(on: thread.id, isHop: isHop, holding: held)
+      return (step, flight, effects)
     }
     switch step {
     case .drive(let first): drive(flight, from: first, on: thread)
@@ -434,39 +429,47 @@ enum MainQueueEngine {
   /// is left.
   ///
   /// Main-context code drives the whole queue, also after its own attempt failed: it holds the
-  /// main queue, so no hop could run the rest until it returns.
+  /// main queue, so no hop could run the rest until it returns. It reads each running waiter's
+  /// attempt without the lock: only the runner reads it, and it is let go only once the waiter
+  /// is answered, after its attempt returned.
   static func drive(_ flight: Flight, from first: Waiter?, on thread: ThreadRecord) {
     var next = first
     while let owner = next {
-      // This is safe without the lock: only the runner reads a running waiter's attempt, and
-      // it is dropped (under the lock) only when the waiter is resolved, after this returns.
       next = settle(flight, owner, with: runInMainContext(owner.attempt!, on: thread), on: thread)
     }
   }
 
-  /// Records the end of `owner`'s attempt and starts the next, under one lock; then tells the
-  /// detector if a reported stall ended, and wakes the callers resolved. Returns the caller
+  /// Records the end of `owner`'s attempt and starts the next, under one lock, and performs what
+  /// that decides (the answers, the publish, the observer told, the wakes). Returns the caller
   /// whose attempt runs next, if any.
   private static func settle(
     _ flight: Flight, _ owner: Waiter, with result: Result<UInt, any Error>,
     on thread: ThreadRecord
   ) -> Waiter? {
-    var wakes = Wakes()
-    var ended: (since: UInt64, finished: Bool)?
-    let next = OnceCell.withLock { held in
-      flight.finish(owner, with: result, into: &wakes, holding: held)
-      let next = flight.startNextAttempt(on: thread.id, holding: held)
-      if next == nil, let since = flight.endOfReportedStall(holding: held) {
-        ended = (since, flight.outcome(holding: held) != nil)
-      }
-      return next
+    transition { held in
+      let (next, effects) = flight.settle(owner, with: result, on: thread.id, holding: held)
+      return (next, flight, effects)
     }
-    // The word that a reported stall ended comes before any caller can go on.
-    if let ended {
-      observer?.reportedWaitEnded(flight, finished: ended.finished, waitingSince: ended.since)
+  }
+
+  // MARK: - Performing what the flight decides
+
+  /// Makes one transition of a flight under the engine's lock (`body`: the role it decides for
+  /// the caller, the flight, if there is one, and the effects), performs its effects there and
+  /// after the lock (see `FlightMachine.swift`), with the flight as the place where they are
+  /// performed, and returns the role. A transition that found no flight has no effects.
+  static func transition<Role>(
+    _ body: (borrowing OnceCell.Held) -> (Role, Flight?, FlightEffects<WaiterQueue>)
+  ) -> Role {
+    var shell: Flight?
+    let (role, effects) = OnceCell.withLock { held -> (Role, FlightEffects<WaiterQueue>) in
+      let (role, flight, effects) = body(held)
+      shell = flight
+      if shell != nil { effects.performUnderLock(in: &shell!, holding: held) }
+      return (role, effects)
     }
-    wakes.deliver()
-    return next
+    if shell != nil { effects.performAfterLock(in: &shell!) }
+    return role
   }
 
   /// Runs `attempt` in main context, on `thread`, which holds the main queue.

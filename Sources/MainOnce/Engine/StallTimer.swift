@@ -46,31 +46,13 @@ extension Flight: TimedSubject {
   /// answer any more (ending a stall reported about them), and once no caller is left it
   /// forgets its timer, which stops, so that the next caller that does not block starts one.
   func timerLook() -> StallSnapshot? {
-    var stranded: [Waiter] = []
-    var ended: UInt64?
-    let found = OnceCell.withLock { held -> StallSnapshot? in
-      stranded = strandedWaits(holding: held)
-      if !stranded.isEmpty { ended = endOfReportedStall(holding: held) }
+    MainQueueEngine.transition { held -> (StallSnapshot?, Flight?, FlightEffects<WaiterQueue>) in
+      let effects = strandedWaits(holding: held)
       let seen = snapshot(holding: held)
       if seen?.callers.isEmpty ?? true {
         withMarks(holding: held) { marks, _ in marks.isTimed = false }
       }
-      return seen
-    }
-    // After the lock: their handlers may run any deinit.
-    stranded.removeAll()
-    if let ended {
-      MainQueueEngine.observer?.reportedWaitEnded(self, finished: false, waitingSince: ended)
-    }
-    return found
-  }
-
-  /// Whether a timer must be started to watch the flight for callers that do not block: the
-  /// first such caller's.
-  func claimTimer(holding held: borrowing OnceCell.Held) -> Bool {
-    withMarks(holding: held) { marks, _ in
-      defer { marks.isTimed = true }
-      return !marks.isTimed
+      return (seen, self, effects)
     }
   }
 }

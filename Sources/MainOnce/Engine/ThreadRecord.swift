@@ -24,17 +24,22 @@ final class ThreadRecord: @unchecked Sendable {
   let isMainThread: Bool
   /// How many main-queue attempts this thread is running right now. They run in main context,
   /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
+  // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) var mainContextDepth = 0
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
+  // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
   /// The once-cells whose attempt this thread runs in place, without a flight (innermost
   /// last), each with the call that runs it: a re-entrant call names that call.
+  // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) var inPlaceRuns: [(word: UnsafeRawPointer, site: CallSite)] = []
   /// What rooms above the engine keep for this thread, whose types the engine does not know:
   /// `PerObject/`'s cache of the object cells the thread used last, and the tracked wait
   /// `TrackedWaits/` reuses for it. Each is made at the thread's first use of its room and held
   /// retained here, released with the record, so that those rooms read it without a retain.
+  // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) var objectCellCache: Unmanaged<AnyObject>?
+  // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) var trackedWaits: Unmanaged<AnyObject>?
   /// The wait this thread is blocked in, for the deadlock detector (see ``WaitBoard``): the
   /// unretained address of an object conforming to `BlockingWait`, or 0.
@@ -44,6 +49,7 @@ final class ThreadRecord: @unchecked Sendable {
   let publications = Atomic<UInt>(0)
 
   /// The records of this thread's last two blocking once-cell calls, to reuse for its next.
+  // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) private var spareWaiters: (Waiter?, Waiter?)
 
   /// A caller record for a blocking once-cell call of this thread: one that an earlier call

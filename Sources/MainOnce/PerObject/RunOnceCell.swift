@@ -13,23 +13,25 @@ internal import Synchronization
 /// acquiring load: the body's writes happen before every return. The run is an object of its
 /// own, dropped once done, so that a done call site keeps nothing but the cell.
 final class RunOnceCell: ObjectCell, @unchecked Sendable {
-  // This is safe because `current` and everything in a run are only read and written under
-  // `lock`, and a waiter's `turn` is written under the lock before it is signalled and read
-  // after it wakes.
+  // This is safe because its one mutable field, `current`, is reachable only with the lock's
+  // proof (``withRun(holding:_:)``, a `Guarded`), and so is the machine of the run it holds;
+  // what `ObjectCell` holds is safe for the reasons its comment gives.
 
   /// A caller waiting for the runner, and what it is told.
-  final class Waiter: Sendable {
-    enum Turn {
-      case done
-      case yours
-    }
+  final class Waiter: @unchecked Sendable {
+    // This is safe because its two mutable fields are each reached in one way only: `turn`,
+    // written only by ``tell(_:holding:)``, with the lock's proof, before the releasing store
+    // that sets `isResolved`, and read only by ``answeredTurn``, after an acquiring load finds
+    // it set (nothing writes it again); and `next`, the link of ``WaiterQueue``, which only that
+    // queue reads and writes, inside the run's machine (reachable only with the lock's proof)
+    // or in the effects that took the waiter out of it, which own it until they wake it.
+    typealias Turn = RunOnceTurn
     let thread: ThreadID
     let site: CallSite
     let parking: Parking
     let cell: RunOnceCell
-    // This is safe because it is written under the lock before `parking` is unparked, and read
-    // by the waiter only after it wakes: the semaphore orders the two.
-    nonisolated(unsafe) var turn: Turn?
+    private var turn: Turn?
+    fileprivate var next: Waiter?
     let isResolved = Atomic(false)
 
     init(thread: ThreadID, site: CallSite, parking: Parking, cell: RunOnceCell) {
@@ -38,24 +40,88 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       self.parking = parking
       self.cell = cell
     }
+
+    /// Tells the caller its turn, holding the lock: from here on it is answered.
+    func tell(_ turn: Turn, holding _: borrowing Held) {
+      self.turn = turn
+      isResolved.store(true, ordering: .releasing)
+    }
+
+    /// What the caller was told, once it is answered (`nil` before).
+    var answeredTurn: Turn? { isResolved.load(ordering: .acquiring) ? turn : nil }
+  }
+
+  /// The waiters of a run, in arrival order: a list threaded through them, so that queueing
+  /// one allocates nothing. Under the lock, or owned by the effects that answered them.
+  struct WaiterQueue: CallerBatch {
+    private var head: Waiter?
+    private var tail: Waiter?
+
+    init() {}
+
+    mutating func append(_ waiter: Waiter) {
+      waiter.next = nil
+      if let tail { tail.next = waiter } else { head = waiter }
+      tail = waiter
+    }
+
+    mutating func removeFirst() -> Waiter? {
+      guard let waiter = head else { return nil }
+      head = waiter.next
+      if head == nil { tail = nil }
+      waiter.next = nil
+      return waiter
+    }
+
+    func makeIterator() -> Iterator { Iterator(current: head) }
+
+    struct Iterator: IteratorProtocol {
+      var current: Waiter?
+
+      mutating func next() -> Waiter? {
+        defer { current = current?.next }
+        return current
+      }
+    }
   }
 
   /// A run in progress: its machine (the thread running a body, and the callers waiting).
   final class Run {
-    var machine: RunOnceMachine<Waiter, ThreadID>
+    private var machine: Guarded<RunOnceMachine<WaiterQueue, ThreadID>, Held>
     /// Bumped whenever the runner changes, for the deadlock detector.
     let epoch = Atomic<UInt>(0)
 
     init(runner: ThreadID) {
-      machine = RunOnceMachine(runner: runner)
+      machine = Guarded(RunOnceMachine(runner: runner))
+    }
+
+    /// Reads or changes the run's machine, holding the lock.
+    func withMachine<Result>(
+      holding held: borrowing Held, _ body: (inout RunOnceMachine<WaiterQueue, ThreadID>) -> Result
+    ) -> Result {
+      machine.modify(held, body)
     }
   }
 
-  /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time.
-  static let lock = Lock(rank: .runOnceCell)
+  /// Guards every `RunOnceCell`: taken on the slow path only, for a few instructions at a time,
+  /// through ``withLock(_:)``.
+  private static let lock = Lock(rank: .runOnceCell)
+
+  /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
+  /// only borrows it.
+  struct Held: ~Copyable {
+    fileprivate init() {}
+  }
+
+  /// Runs `body` holding the lock that guards every `runOnce(for:)` run.
+  static func withLock<Result, Failure: Error>(
+    _ body: (borrowing Held) throws(Failure) -> Result
+  ) throws(Failure) -> Result {
+    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+  }
 
   /// The run in progress, if any.
-  private(set) var current: Run?
+  private var current = Guarded<Run?, Held>(nil)
   let objectType: TypeName
 
   override init(object: AnyObject, key: ObjectCells.Key) {
@@ -64,6 +130,11 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   }
 
   var label: CellLabel { .object(objectType: objectType, site: site, operation: "runOnce(for:)") }
+
+  /// The run in progress, if any, holding the lock.
+  func withRun<Result>(holding held: borrowing Held, _ body: (inout Run?) -> Result) -> Result {
+    current.modify(held, body)
+  }
 
   private enum Step {
     case done
@@ -78,14 +149,14 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     let thread = ThreadRecord.current(at: site)
     let parking = thread.takeParking()
     defer { thread.returnParking(parking) }
-    var step = Self.lock.withLock { () -> Step in
+    var step = Self.withLock { held -> Step in
       if word.isPublished { return .done }
-      guard let current else {
-        current = Run(runner: thread.id)
+      guard let run = current.read(held) else {
+        current.modify(held) { $0 = Run(runner: thread.id) }
         return .run
       }
       let waiter = Waiter(thread: thread.id, site: site, parking: parking, cell: self)
-      switch current.machine.arrive(waiter, on: thread.id) {
+      switch run.withMachine(holding: held, { $0.arrive(waiter, on: thread.id) }) {
       case .reentrant: return .reentrant
       case .wait: return .park(waiter)
       }
@@ -98,39 +169,51 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
         Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
         MainQueueEngine.park(waiter, on: thread, parking: parking)
-        guard case .yours = waiter.turn! else { return }
+        guard case .yours = waiter.answeredTurn! else { return }
         step = .run
       case .run:
         do {
           try body()
         } catch {
-          let next = Self.lock.withLock { () -> Waiter? in
-            guard let run = current, let next = run.machine.bodyThrew(threadOf: \.thread) else {
-              current = nil
-              return nil
-            }
+          transition { run, held in
             run.epoch.add(1, ordering: .releasing)
-            return resolve(next, .yours)
+            return run.withMachine(holding: held) { $0.bodyThrew(threadOf: \.thread) }
           }
-          next?.parking.unpark()
           throw error
         }
-        let woken = Self.lock.withLock { () -> [Waiter] in
-          word.word.store(0, ordering: .releasing)
-          defer { current = nil }
-          return current?.machine.bodyReturned().map { resolve($0, .done) } ?? []
-        }
-        for waiter in woken { waiter.parking.unpark() }
+        transition { run, held in run.withMachine(holding: held) { $0.bodyReturned() } }
         return
       }
     }
   }
 
-  private func resolve(_ waiter: Waiter, _ turn: Waiter.Turn) -> Waiter {
-    waiter.turn = turn
-    waiter.isResolved.store(true, ordering: .releasing)
-    return waiter
+  /// Makes one transition of the run in progress under the lock, and performs its effects
+  /// there and after the lock (see `RunOnceMachine.swift`), with this cell as their place.
+  private func transition(_ body: (Run, borrowing Held) -> RunOnceEffects<WaiterQueue>) {
+    var shell = self
+    let effects = Self.withLock { held in
+      let effects = body(current.read(held)!, held)
+      effects.performUnderLock(in: &shell, holding: held)
+      return effects
+    }
+    effects.performAfterLock(in: &shell)
   }
+}
+
+// MARK: - Where a run's effects are performed
+
+extension RunOnceCell: RunOnceShell {
+  typealias Callers = WaiterQueue
+
+  func publish(holding _: borrowing Held) { word.word.store(0, ordering: .releasing) }
+
+  func record(_ turn: RunOnceTurn, of waiter: Waiter, holding held: borrowing Held) {
+    waiter.tell(turn, holding: held)
+  }
+
+  func endRun(holding held: borrowing Held) { current.modify(held) { $0 = nil } }
+
+  func unpark(_ waiter: Waiter) { waiter.parking.unpark() }
 }
 
 extension RunOnceCell.Waiter: BlockingWait {
@@ -140,14 +223,16 @@ extension RunOnceCell.Waiter: BlockingWait {
   var isOver: Bool { isResolved.load(ordering: .acquiring) }
 
   func blockers() -> Blockers {
-    RunOnceCell.lock.withLock {
-      guard turn == nil, let run = cell.current else { return .none }
-      return .thread(run.machine.runner, reason: ", which runs it")
+    RunOnceCell.withLock { held in
+      guard answeredTurn == nil, let run = cell.withRun(holding: held, { $0 }) else { return .none }
+      return .thread(run.withMachine(holding: held) { $0.runner }, reason: ", which runs it")
     }
   }
 
   var epoch: UInt {
-    RunOnceCell.lock.withLock { cell.current?.epoch.load(ordering: .acquiring) ?? 0 }
+    RunOnceCell.withLock { held in
+      cell.withRun(holding: held) { $0?.epoch.load(ordering: .acquiring) } ?? 0
+    }
   }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
   var call: String { "runOnce(for:) at \(site)" }

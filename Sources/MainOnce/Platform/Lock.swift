@@ -65,7 +65,8 @@ final class Lock: @unchecked Sendable {
 /// State guarded by a ``Lock``: reachable only inside ``withLock(_:)``.
 final class Locked<State> {
   private let lock: Lock
-  // Unchecked: the lock already makes every access exclusive.
+  // This is safe because it is reached only inside `lock.withLock`, which makes every access
+  // exclusive.
   @exclusivity(unchecked) private var state: State
 
   /// State guarded by a lock of its own, of rank `rank` (by default a leaf: one that is never
@@ -88,6 +89,30 @@ final class Locked<State> {
 // is not `Sendable` (one holding a non-`Sendable` reference, say) would let two threads use the
 // object it refers to outside the lock.
 extension Locked: @unchecked Sendable where State: Sendable {}
+
+/// State reachable only inside the scope of the lock that guards it: swift-nio's
+/// `NIOLockedValueBox`, for a lock that guards many such values at once (every flight's, every
+/// build's), and so is taken once, outside them. The value is reached only with the lock's
+/// proof, `Proof`: a noncopyable value that only that lock's `withLock` makes, and only lends to
+/// its body, so no code outside the lock's scope can have one. Without it there is no way to the
+/// value: an access without the lock does not compile.
+struct Guarded<Value, Proof: ~Copyable> {
+  private var value: Value
+
+  init(_ value: Value) { self.value = value }
+
+  /// The value, for a caller that holds the lock: `proof` says so.
+  func read(_ proof: borrowing Proof) -> Value { value }
+
+  /// Reads or changes the value in `body`, for a caller that holds the lock: `proof` says so.
+  mutating func modify<Result>(
+    _ proof: borrowing Proof, _ body: (inout Value) throws -> Result
+  ) rethrows -> Result {
+    try body(&value)
+  }
+}
+
+extension Guarded: Sendable where Value: Sendable {}
 
 /// The order in which a thread may take MainOnce's locks: while it holds one, only locks of a
 /// higher rank. In debug builds every lock checks it, from a thread-local mask of the ranks the

@@ -368,13 +368,20 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   let thread: ThreadID
   /// Whom the wait is for: a pointer into the waiting frame, valid while the wait is published
   /// (the only time the detector reads it).
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var target: UnsafePointer<WaitTarget>?
   /// For `trackedSync`, the queue instead of a target: kept alive by the waiting call.
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var syncQueue: Unmanaged<DispatchQueue>?
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var operation: StaticString = ""
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var site = CallSite(file: "", line: 0)
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var proof = WaitProof.opaque
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var holdsMainQueue = false
+  // This is safe because the waiting thread writes it only while the wait is unpublished.
   @exclusivity(unchecked) var servesMainQueue = false
   /// Set by `trackedSync` when its work starts: the wait for the queue is over.
   let entered = Atomic(false)
@@ -385,7 +392,9 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   /// On a thread's spare (``ThreadRecord/spareTrackedWait``) only: whether a wait of the thread
   /// uses it now, and the fresh waits of the thread's nested waits, kept alive while they are
   /// used.
+  // This is safe because only the waiting thread reads and writes it.
   @exclusivity(unchecked) var isInUse = false
+  // This is safe because only the waiting thread reads and writes it.
   @exclusivity(unchecked) var nested: [TrackedWait] = []
 
   init(thread: ThreadID) {

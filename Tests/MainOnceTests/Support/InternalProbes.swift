@@ -5,7 +5,9 @@
 
 extension AsyncMainLazy {
   /// Whether a build is in flight.
-  var isBuilding: Bool { AsyncBuild.lock.withLock { current.build != nil } }
+  var isBuilding: Bool {
+    AsyncBuild.withLock { held in current.withState(holding: held) { $0.build != nil } }
+  }
 }
 
 extension ObjectCells.Table {
