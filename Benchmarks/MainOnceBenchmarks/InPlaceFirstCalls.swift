@@ -49,14 +49,30 @@ enum InPlaceFirstCalls {
       return { index in onceOnMain(token: tokens.base[index]) {} }
     },
     Variant(key: "mainLazy", name: "MainLazy<Int, Never>.value, fresh lazy value") { count in
-      let lazies = (0..<count).map { _ in LazyBox() }
-      return { index in _ = lazies[index].lazy.value }
+      let lazies = FreshLazies(count)
+      return { index in _ = lazies.base[index].value }
     },
   ]
 
-  /// A fresh lazy value, in an object of its own.
-  final class LazyBox {
-    let lazy = MainLazy { 1 }
+  /// Fresh lazy values on the heap, as ``FreshTokens`` holds tokens: read through the buffer,
+  /// a read retains and releases nothing of the benchmark's (an array of objects each holding
+  /// one cost a retain and a release of the object a read, two atomic operations).
+  final class FreshLazies: Sendable {
+    // This is safe because the lazy values are initialized before the buffer is shared and
+    // only read through MainOnce afterwards.
+    nonisolated(unsafe) let base: UnsafeMutablePointer<MainLazy<Int, Never>>
+    private let count: Int
+
+    init(_ count: Int) {
+      self.count = count
+      base = .allocate(capacity: count)
+      for index in 0..<count { (base + index).initialize(to: MainLazy { 1 }) }
+    }
+
+    deinit {
+      base.deinitialize(count: count)
+      base.deallocate()
+    }
   }
 
   @MainActor
