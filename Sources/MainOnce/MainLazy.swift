@@ -147,6 +147,12 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
 
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
   /// Blocks outside main context.
+  ///
+  /// Inlinable, so that the slow paths that call it are specialized in the caller's module:
+  /// the build then needs no generic metadata at run time, and hands the engine a closure of
+  /// a concrete type (``_mainLazyRun(_:valueType:declaration:_:)``).
+  @inlinable
+  @inline(__always)
   func _build() throws(Failure) {
     // The builder, once this reader's own build succeeded with it: released at the end of this
     // call, after the engine returned, so after the value was published.
@@ -168,6 +174,8 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// Only a build reads or writes the slot, and the engine runs one build of a cell at a time,
   /// each after the previous one ended (see ``_builder``).
   @MainActor
+  @inlinable
+  @inline(__always)
   static func _attempt(
     _ slot: borrowing Mutex<_MainLazyBuilder<Value, Failure>>,
     handingBuilderTo taken: inout _MainLazyBuilder<Value, Failure>
@@ -225,6 +233,7 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
 /// main context. The part of a ``MainLazy``'s build that is not generic: what it gives the
 /// engine has concrete types. A read's call site is the declaration: a read that blocks or
 /// re-enters is named by the value it reads.
+@usableFromInline
 func _mainLazyRun(
   _ storage: borrowing _OnceWord, valueType: any Any.Type, declaration: CallSite,
   _ attempt: @MainActor () -> Result<UInt, any Error>
@@ -246,6 +255,7 @@ private func lazyCell(
 
 /// Stops the process: a build found no builder in its slot, which only a build that succeeded
 /// leaves empty.
+@usableFromInline
 func _mainLazyBuilderIsGone() -> Never {
   Diagnostics.internalInconsistency("a MainLazy's build found its builder released")
 }
@@ -294,6 +304,7 @@ struct _MainLazyBuilder<Value, Failure: Error>: Sendable {
   }
 
   /// No builder.
+  @inlinable
   init() {
     build = nil
   }
@@ -301,6 +312,7 @@ struct _MainLazyBuilder<Value, Failure: Error>: Sendable {
   /// Takes the builder out of `slot`, leaving `nil` there. Not isolated, as
   /// ``putBack(into:)`` is not: a closure that the main actor's code hands to
   /// `Mutex.withLock` would check its executor at run time.
+  @inlinable
   static func take(from slot: borrowing Mutex<Self>) -> Self {
     // The slot, not the optional closure in it: returning that closure through the `Mutex`'s
     // closure crashes the compilers of Swift 6.0 and 6.2 (an assertion in SILGen).
@@ -311,6 +323,7 @@ struct _MainLazyBuilder<Value, Failure: Error>: Sendable {
   }
 
   /// Puts the builder back into `slot`, which a build left empty.
+  @inlinable
   func putBack(into slot: borrowing Mutex<Self>) {
     slot.withLock { $0 = self }
   }
@@ -383,8 +396,10 @@ func _mainLazyValueIfBuiltSlowPath<Value, Failure: Error>(
 }
 
 /// The slow path of ``MainLazy/value``: a free function, so that the inlined fast path passes
-/// the lazy value's address in an argument register and needs no stack frame.
-@usableFromInline
+/// the lazy value's address in an argument register and needs no stack frame. Specialized in
+/// the caller's module for its `Value` and `Failure` (and not inlined there), as a token's slow
+/// path is: a generic build would look up the metadata of its types at run time.
+@inlinable
 @inline(never)
 func _mainLazyBuildSlowPath<Value, Failure: Error>(
   _ lazy: borrowing MainLazy<Value, Failure>
@@ -396,12 +411,13 @@ func _mainLazyBuildSlowPath<Value, Failure: Error>(
 /// The slow path of ``MainLazy/value`` for a builder that cannot throw: a function that does
 /// not throw, so that the fast path inlined into the caller keeps no error register (a
 /// `throws(Never)` call still has a throwing function's convention).
-@usableFromInline
+@inlinable
 @inline(never)
 func _mainLazyBuildSlowPath<Value>(
   neverThrowing lazy: borrowing MainLazy<Value, Never>
 ) -> UnsafePointer<Value> {
-  _mainLazyBuildSlowPath(lazy)
+  lazy._build()
+  return UnsafePointer(bitPattern: lazy._storage.value).unsafelyUnwrapped
 }
 
 extension MainLazy where Value: Sendable {
