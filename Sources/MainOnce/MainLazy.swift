@@ -220,7 +220,13 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
       if !MainQueueEngine.enqueue(waiter, for: cell) { continuation.resume(returning: .done) }
     }
     switch resolution {
-    case .done: read.releaseBuilder()
+    case .done:
+      // If this reader's build succeeded, it handed the reader its builder before the value
+      // was published with a releasing store: this acquiring load of the word orders the read
+      // of the builder after that hand-over. The continuation's resumption orders it too, but
+      // ThreadSanitizer does not see that (a race the tests reported without this load).
+      _ = _storage.value
+      read.releaseBuilder()
     // The error came from this reader's own build, whose builder throws `Failure`.
     case .failed(let error): throw error as! Failure
     case .cancelled:
@@ -317,8 +323,9 @@ final class _MainLazyRead<Value, Failure: Error> {
 }
 
 // This is safe because `taken` is written only by the reader's build, in main context, before
-// the engine resolves the reader under its lock, and read only by the reader after it was
-// resolved; `slot` never changes.
+// the value is published and the engine resolves the reader, and read only by the reader after
+// it was resolved and loaded the published word (an acquiring load: see `awaitBuild(site:)`);
+// `slot` never changes.
 extension _MainLazyRead: @unchecked Sendable {}
 
 /// A ``MainLazy``'s builder, or `nil` while a build runs it and once a build succeeded.
