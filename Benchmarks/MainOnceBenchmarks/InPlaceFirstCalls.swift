@@ -1,4 +1,5 @@
 import CBenchmarkSupport
+import Foundation
 import MainOnce
 
 /// `MainOnceBenchmarks in-place`: the first call of a fresh cell in main context, where MainOnce
@@ -9,7 +10,9 @@ import MainOnce
 /// from the benchmark's main actor (main context: the main queue, under `dispatchMain()`); the
 /// variants take turns at going first. The verdict is the median of the per-round ratios over
 /// `dispatch_once_f`. Allocations are counted on the calling thread over one more pass, after
-/// the warm-up.
+/// the warm-up. Instructions per first call are counted by valgrind's callgrind, on the main
+/// thread before `dispatchMain()` (main context too: the main queue is bound to it), since
+/// valgrind crashes after `dispatchMain()`: see ``instructionsPerCall(_:_:calls:)``.
 enum InPlaceFirstCalls {
   struct Result: Codable {
     let cellsPerRound: Int
@@ -18,6 +21,11 @@ enum InPlaceFirstCalls {
     let timings: [String: Timing]
     /// Heap allocations per first call on the calling thread, for each variant by key.
     let allocations: [String: Double]
+    /// Instructions per first call under callgrind, for each variant by key; `nil` where
+    /// valgrind could not run.
+    var instructions: [String: Double]?
+    /// The first calls counted under callgrind: this many and twice as many.
+    var instructionCalls: Int?
   }
 
   /// One way to make a first call. `start` prepares `count` fresh cells (untimed) and returns
@@ -41,14 +49,30 @@ enum InPlaceFirstCalls {
       return { index in onceOnMain(token: tokens.base[index]) {} }
     },
     Variant(key: "mainLazy", name: "MainLazy<Int, Never>.value, fresh lazy value") { count in
-      let lazies = (0..<count).map { _ in LazyBox() }
-      return { index in _ = lazies[index].lazy.value }
+      let lazies = FreshLazies(count)
+      return { index in _ = lazies.base[index].value }
     },
   ]
 
-  /// A fresh lazy value, in an object of its own.
-  final class LazyBox {
-    let lazy = MainLazy { 1 }
+  /// Fresh lazy values on the heap, as ``FreshTokens`` holds tokens: read through the buffer,
+  /// a read retains and releases nothing of the benchmark's (an array of objects each holding
+  /// one cost a retain and a release of the object a read, two atomic operations).
+  final class FreshLazies: Sendable {
+    // This is safe because the lazy values are initialized before the buffer is shared and
+    // only read through MainOnce afterwards.
+    nonisolated(unsafe) let base: UnsafeMutablePointer<MainLazy<Int, Never>>
+    private let count: Int
+
+    init(_ count: Int) {
+      self.count = count
+      base = .allocate(capacity: count)
+      for index in 0..<count { (base + index).initialize(to: MainLazy { 1 }) }
+    }
+
+    deinit {
+      base.deinitialize(count: count)
+      base.deallocate()
+    }
   }
 
   @MainActor
@@ -73,9 +97,47 @@ enum InPlaceFirstCalls {
       for index in 0..<count { call(index) }
       allocations[variant.key] = Double(bench_allocations_end()) / Double(count)
     }
-    return Result(
+    var result = Result(
       cellsPerRound: count, rounds: rounds, timings: samples.mapValues { Timing($0) },
       allocations: allocations)
+    if let binary = InstructionCounts.strippedCopy() {
+      let calls = quick ? 2_000 : 20_000
+      var instructions = [String: Double]()
+      for variant in variants {
+        instructions[variant.key] = instructionsPerCall(binary, variant.key, calls: calls)
+      }
+      try? FileManager.default.removeItem(atPath: binary)
+      (result.instructions, result.instructionCalls) = (instructions, calls)
+    }
+    return result
+  }
+
+  /// Instructions per first call of the variant `key` under callgrind, in `binary` (a stripped
+  /// copy): two runs of ``runLoop(key:calls:cells:)`` that prepare the same `2 × calls` fresh
+  /// cells and make `calls` and `2 × calls` first calls; the difference over `calls`. What the
+  /// process does once (its start, MainOnce's first use, preparing the cells) cancels out.
+  static func instructionsPerCall(_ binary: String, _ key: String, calls: Int) -> Double? {
+    let arguments = { (made: Int) in ["in-place-loop", key, "\(made)", "\(2 * calls)"] }
+    guard let once = InstructionCounts.collected(binary, arguments(calls)),
+      let twice = InstructionCounts.collected(binary, arguments(2 * calls))
+    else { return nil }
+    return Double(twice - once) / Double(calls)
+  }
+
+  /// The child side of ``instructionsPerCall(_:_:calls:)``
+  /// (`MainOnceBenchmarks in-place-loop KEY CALLS CELLS`): on the main thread, before
+  /// `dispatchMain()`, prepares `cells` fresh cells of the variant `key`, makes the first call of
+  /// `calls` of them, and exits with every cell alive, so that no cell's end is counted.
+  @MainActor
+  static func runLoop(key: String, calls: Int, cells: Int) -> Never {
+    guard let variant = variants.first(where: { $0.key == key }), calls <= cells else {
+      FileHandle.standardError.write(Data("unknown in-place variant \(key)\n".utf8))
+      exit(64)
+    }
+    precondition(MainContext.isCurrent, "in-place first calls are counted in main context")
+    let call = variant.start(cells)
+    for index in 0..<calls { call(index) }
+    withExtendedLifetime(call) { exit(0) }
   }
 
   /// Nanoseconds per first call of `count` fresh cells.

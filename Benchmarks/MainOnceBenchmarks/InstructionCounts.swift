@@ -72,12 +72,15 @@ enum InstructionCounts {
 
   /// Total instructions callgrind collected for one run of a loop.
   private static func collected(_ binary: String, _ name: String, _ iterations: Int) -> Int? {
+    collected(binary, ["loop", name, "\(iterations)"])
+  }
+
+  /// Total instructions callgrind collected for one run of `binary` with `arguments`.
+  static func collected(_ binary: String, _ arguments: [String]) -> Int? {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = [
-      "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", binary, "loop", name,
-      "\(iterations)",
-    ]
+    process.arguments =
+      ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", binary] + arguments
     let errors = Pipe()
     process.standardError = errors
     process.standardOutput = FileHandle.nullDevice

@@ -142,15 +142,20 @@ enum Report {
       "First call of a fresh cell in main context: ns per call, median (best) of \(result.rounds)"
         + " rounds of \(result.cellsPerRound) cells (after a warm-up); variants interleaved, turns"
         + " rotated; over dispatch_once_f per round (quartiles); heap allocations per call on"
-        + " the calling thread")
+        + " the calling thread; instructions per call under callgrind"
+        + (result.instructionCalls.map {
+          " (\($0) and \(2 * $0) first calls on the main thread before dispatchMain(), the"
+            + " difference per call)"
+        } ?? " (valgrind or strip is missing)"))
     let baseline = result.timings[InPlaceFirstCalls.dispatchOnce]
     for variant in InPlaceFirstCalls.variants {
       guard let timing = result.timings[variant.key] else { continue }
       let ratio = baseline.map { Paired.ratio(timing, over: $0).short } ?? "—"
       let allocations = result.allocations[variant.key].map { format($0, decimals: 2) } ?? "—"
+      let instructions = result.instructions?[variant.key].map { format($0, decimals: 0) } ?? "—"
       print(
         pad(variant.name, 48) + pad(self.timing(timing, decimals: 1), 20) + pad(ratio, 24)
-          + allocations)
+          + pad(allocations, 8) + instructions)
     }
     print()
   }

@@ -15,7 +15,8 @@
 //               dispatchMain(), RunLoop.main.run() and MainQueueDriver (a process each), and
 //               again with each process on one CPU
 //   in-place    a fresh token's and MainLazy's first call in main context, against
-//               dispatch_once_f's first call of a fresh predicate; allocations
+//               dispatch_once_f's first call of a fresh predicate; allocations; instructions
+//               under valgrind's callgrind (each count runs `in-place-loop`, below)
 //   race        eight threads racing on a fresh token against the Khan port, under each driver
 //   tracked-waits  tracked waits that do not block beside the plain calls (ns, instructions
 //               under valgrind's callgrind, allocations), and with 1, 2 and 16 threads at once
@@ -23,6 +24,9 @@
 //   1.4 ns a call, a probe that straddles a cache line costs a cycle more.
 // swift run -c release --package-path Benchmarks MainOnceBenchmarks instructions [--quick]
 //   Instructions per fast-path call, counted by valgrind's callgrind.
+// MainOnceBenchmarks in-place-loop KEY CALLS CELLS
+//   Of CELLS fresh cells of the in-place variant KEY, the first call of CALLS, on the main
+//   thread before dispatchMain(), for callgrind (the in-place group runs it).
 // MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
 // MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
 // MainOnceBenchmarks profile phases DRIVER first-call|race [COUNT]
@@ -51,6 +55,7 @@ func usage() -> Never {
                                 [--quick]
                                 [--json PATH]
              MainOnceBenchmarks instructions [--quick]
+             MainOnceBenchmarks in-place-loop KEY CALLS CELLS
              MainOnceBenchmarks profile first-call DRIVER VARIANT [COUNT]
              MainOnceBenchmarks profile race DRIVER onceOnMain|khanPort [RACES]
              MainOnceBenchmarks profile phases DRIVER first-call|race [COUNT]
@@ -79,6 +84,8 @@ case "profile" where words.count >= 4:
   Profile.run(
     group: words[1], driver: words[2], variant: words[3],
     count: words.count > 4 ? Int(words[4]) : nil)
+case "in-place-loop" where words.count == 4:
+  InPlaceFirstCalls.runLoop(key: words[1], calls: Int(words[2]) ?? 0, cells: Int(words[3]) ?? 0)
 case "loop" where words.count >= 3:
   InstructionCounts.runLoop(named: words[1], iterations: Int(words[2]) ?? 0)
 case "instructions":

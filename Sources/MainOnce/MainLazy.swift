@@ -1,6 +1,14 @@
 public import Synchronization
 internal import _CMainOnceShims
 
+#if canImport(Glibc)
+  internal import Glibc
+#elseif canImport(Musl)
+  internal import Musl
+#elseif canImport(Darwin)
+  internal import Darwin
+#endif
+
 /// A value built once, in main context, the first time it is read.
 ///
 /// Use it for "lazy singleton stacks": objects that must be created on the main queue (they
@@ -22,10 +30,17 @@ internal import _CMainOnceShims
 ///
 /// The builder runs exactly as an initializer of ``onceOnMain(token:file:line:_:)`` does: once,
 /// in main context, with concurrent readers waiting for it; everything it wrote happens before
-/// every return of `value`. Once built, reading `value` is one acquiring load and one load
-/// through the published address: no lock and no hop. Like a token, a `MainLazy` is statically
-/// initialized when declared as a `static let` with a closure that captures nothing, and it
-/// cannot be declared with `var`.
+/// every return of `value`. The value's address is published, after the builder returned, with
+/// a releasing compare-and-exchange (or a releasing store under MainOnce's lock), and every read
+/// loads it with an acquiring load: everything the builder wrote happens before every read that
+/// sees the value. Once built, reading `value` is that acquiring load and one load through the
+/// published address: no lock and no hop. A first read in main context that no other thread
+/// joins builds in place, as a token's first call there runs its initializer: one
+/// compare-and-exchange marks the value as being built, the builder runs, and another
+/// publishes the value: no flight, no lock that anyone else takes (the builder's slot is a
+/// `Mutex` that only builds take, one at a time) and one allocation, the value's. Like a
+/// token, a `MainLazy` is statically initialized when declared as a `static let` with a closure
+/// that captures nothing, and it cannot be declared with `var`.
 ///
 /// A builder that throws (`Failure` is not `Never`) leaves the value unbuilt: the error is
 /// thrown to the reader whose build it was, and the next read builds again. Readers that were
@@ -56,11 +71,11 @@ internal import _CMainOnceShims
 /// > Note: Swift resolves `value` by type, not by the caller's isolation, so the main actor's
 /// > `async` code reads a `Sendable` value with `get()` too: it costs the same load once built.
 ///
-/// The builder is released once a build succeeds, with everything it captured: a `MainLazy`
-/// held by an instance does not keep the objects its builder captured alive once the value is
-/// built. It is kept while the value is unbuilt, since a build that throws is retried. (The
-/// builder of a `static let` captures nothing, so keeping it would cost nothing; releasing it
-/// leaves the `static let` statically initialized and its read unchanged.)
+/// The builder is released once a build succeeds and the value is published, with everything it
+/// captured: a `MainLazy` held by an instance does not keep the objects its builder captured
+/// alive once the value is built. It is kept while the value is unbuilt, since a build that
+/// throws is retried. (The builder of a `static let` captures nothing, so keeping it would cost
+/// nothing; releasing it leaves the `static let` statically initialized and its read unchanged.)
 ///
 /// ``isBuilt`` and ``valueIfBuilt-5u0a4`` ask without building: for a shutdown path, a metrics read
 /// or a test that must not trigger a build.
@@ -80,10 +95,16 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   @usableFromInline
   let _storage: _OnceWord
 
-  /// The builder until a build succeeds, then `nil`: a build clears it once the value is
-  /// published. In a `Mutex`, the standard library's storage that can change while borrowed;
-  /// wrapped in a struct, which keeps a `static let` statically initialized (a closure stored
-  /// directly as the `Mutex`'s value is not).
+  /// The builder, in its slot until a build succeeds. Only a build reads or writes the slot,
+  /// in main context: it takes the builder out, puts it back if the builder threw, and
+  /// otherwise hands it to the reader whose build it was, which releases it once the value is
+  /// published. The engine runs one build of a cell at a time, each after the previous one
+  /// ended, ordered by the word's compare-and-exchanges and the engine's lock (which
+  /// ThreadSanitizer sees), so the slot is never contended.
+  ///
+  /// A `Mutex`, as the standard library's storage that can change while borrowed (uncontended:
+  /// two uncontended atomic operations); wrapped in a struct, which keeps a `static let`
+  /// statically initialized (a closure stored directly as the `Mutex`'s value is not).
   @usableFromInline
   let _builder: Mutex<_MainLazyBuilder<Value, Failure>>
 
@@ -133,65 +154,79 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
 
   /// Builds the value in main context, as ``onceOnMain(token:file:line:_:)`` runs an initializer.
   /// Blocks outside main context.
-  func build(site: CallSite) throws(Failure) {
-    guard let build = currentBuilder() else { return }
-    try MainQueueEngine.run(cell, site: site, throwing: Failure.self) {
-      Self.attempt(build)
+  ///
+  /// Inlinable, so that the slow paths that call it are specialized in the caller's module:
+  /// the build then needs no generic metadata at run time, and hands the engine a closure of
+  /// a concrete type (``_mainLazyRun(_:valueType:declaration:_:)``).
+  @inlinable
+  @inline(__always)
+  func _build() throws(Failure) {
+    // The builder, once this reader's own build succeeded with it: released at the end of this
+    // call, after the engine returned, so after the value was published.
+    var taken = _MainLazyBuilder<Value, Failure>()
+    let failure = _mainLazyRun(_storage, valueType: Value.self, declaration: declaration) {
+      Self._attempt(_builder, handingBuilderTo: &taken)
     }
-    releaseBuilder()
+    // The error came from this reader's own build, whose builder throws `Failure`.
+    if let failure { throw failure as! Failure }
+    // Released here: a captured object's deinit may do anything, and the value is published.
+    _ = consume taken
   }
 
-  /// The builder, or `nil` once the value is built: it is released only after the value was
-  /// published (see `releaseBuilder()`).
-  private func currentBuilder() -> (@MainActor @Sendable () throws(Failure) -> Value)? {
-    let build = builder(releasing: false).build
-    if build == nil, !_storage.isDone {
-      Diagnostics.internalInconsistency("a MainLazy released its builder before it was built")
+  /// One build, in main context: takes the builder out of `slot`, runs it, and returns the
+  /// address of the value it built, which the engine publishes. The builder goes to `taken`, for
+  /// the reader whose build this is to release once the value is published; a builder that
+  /// throws goes back into its slot before the build ends, for the next build.
+  ///
+  /// Only a build reads or writes the slot, and the engine runs one build of a cell at a time,
+  /// each after the previous one ended (see ``_builder``).
+  @MainActor
+  @inlinable
+  @inline(__always)
+  static func _attempt(
+    _ slot: borrowing Mutex<_MainLazyBuilder<Value, Failure>>,
+    handingBuilderTo taken: inout _MainLazyBuilder<Value, Failure>
+  ) -> Result<UInt, any Error> {
+    let builder = _MainLazyBuilder.take(from: slot)
+    guard let build = builder.build else { _mainLazyBuilderIsGone() }
+    let value: Value
+    do {
+      value = try build()
+    } catch {
+      builder.putBack(into: slot)
+      return .failure(error)
     }
-    return build
-  }
-
-  /// Releases the builder, and what it captured, now that the value is built and published:
-  /// every build that returns normally calls it, so the build whose attempt succeeded does.
-  /// Until then the builder is kept, for the attempts that follow one that threw.
-  private func releaseBuilder() {
-    let released = builder(releasing: true)
-    // Released here, after the lock: a captured object's deinit may do anything.
-    _ = consume released
-  }
-
-  /// The builder, taken out of its slot if `releasing`. Under the engine's lock
-  /// (``OnceCell/withLock(_:)``) as well as the `Mutex` that stores it: on Linux ThreadSanitizer
-  /// cannot see the `Mutex`'s futex (see ``Lock``), and would take two readers that release the
-  /// builder one after the other for a race; it sees the pthread lock. Only the slow path gets
-  /// here. It returns the slot, not the optional closure in it: returning that closure through
-  /// the two nested closures crashes the compilers of Swift 6.0 and 6.2 (an assertion in SILGen).
-  private func builder(releasing: Bool) -> _MainLazyBuilder<Value, Failure> {
-    OnceCell.withLock { _ in
-      _builder.withLock { slot in
-        defer { if releasing { slot.build = nil } }
-        return slot
-      }
-    }
+    let built = _mainLazyAllocate(
+      byteCount: MemoryLayout<Value>.size, alignment: MemoryLayout<Value>.alignment)
+    built.initializeMemory(as: Value.self, to: value)
+    taken = consume builder
+    return .success(UInt(bitPattern: built))
   }
 
   /// Waits for the value to be built in main context without blocking: the caller is not in
-  /// main context. Its attempt is queued as an async caller of a token's is, but the wait is not
-  /// cancellable: like `Task.value`, it ends when the value is built or this reader's build
-  /// throws.
+  /// main context. Its build is queued as an async caller's attempt at a token is, but the wait
+  /// is not cancellable: like `Task.value`, it ends when the value is built or this reader's
+  /// build throws.
   func awaitBuild(site: CallSite) async throws(Failure) {
     let cell = cell
-    guard let build = currentBuilder() else { return }
+    // This is safe because the lazy value stays borrowed until this returns, and the build
+    // uses the slot's address only before the reader is resolved: its storage outlives it.
+    let read = _MainLazyRead<Value, Failure>(slot: withUnsafePointer(to: _builder) { $0 })
     let resolution = await withUnsafeContinuation { continuation in
-      // The lazy value stays borrowed until this returns, so its storage outlives the wait.
       let waiter = Waiter(
-        site: site, label: cell.label, kind: .task(continuation), attempt: { Self.attempt(build) },
+        site: site, label: cell.label, kind: .task(continuation), attempt: { read.attempt() },
         storage: cell.word)
       if !MainQueueEngine.enqueue(waiter, for: cell) { continuation.resume(returning: .done) }
     }
     switch resolution {
-    case .done: releaseBuilder()
-    // The error came from this reader's own attempt, which throws `Failure`.
+    case .done:
+      // If this reader's build succeeded, it handed the reader its builder before the value
+      // was published with a releasing store: this acquiring load of the word orders the read
+      // of the builder after that hand-over. The continuation's resumption orders it too, but
+      // ThreadSanitizer does not see that (a race the tests reported without this load).
+      _ = _storage.value
+      read.releaseBuilder()
+    // The error came from this reader's own build, whose builder throws `Failure`.
     case .failed(let error): throw error as! Failure
     case .cancelled:
       Diagnostics.internalInconsistency("an async reader of a MainLazy was resolved as cancelled")
@@ -201,31 +236,98 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
   /// The value's cell. Every call that reaches the engine for a lazy value gets its cell here,
   /// so the deadlock detector is installed first.
   var cell: OnceCell {
-    _ = detectorIsInstalled
-    return OnceCell(
-      word: _storage.address,
-      label: .lazy(valueType: TypeName(Value.self), declaration: declaration))
-  }
-
-  /// One attempt at building the value, in main context: runs the builder and returns the
-  /// address of what it built, which the engine publishes.
-  private static func attempt(
-    _ build: @MainActor @Sendable () throws(Failure) -> Value
-  ) -> Result<UInt, any Error> {
-    MainQueueEngine.erase { () throws(Failure) -> UInt in
-      try MainActor.runIsolated { () throws(Failure) -> UInt in
-        let value = try build()
-        // Aligned to at least 2, so that the address is even: a done word (see OnceCell.swift).
-        let built = UnsafeMutableRawPointer.allocate(
-          byteCount: MemoryLayout<Value>.size, alignment: max(2, MemoryLayout<Value>.alignment))
-        built.initializeMemory(as: Value.self, to: value)
-        return UInt(bitPattern: built)
-      }
-    }
+    lazyCell(_storage, valueType: Value.self, declaration: declaration)
   }
 }
 
-/// A ``MainLazy``'s builder, or `nil` once a build succeeded.
+/// Runs `attempt`, one build of the lazy value whose storage is `storage`, unless the value is
+/// built, and returns once it is built (`nil`) or this build threw (its error). Blocks outside
+/// main context. The part of a ``MainLazy``'s build that is not generic: what it gives the
+/// engine has concrete types. A read's call site is the declaration: a read that blocks or
+/// re-enters is named by the value it reads.
+@usableFromInline
+func _mainLazyRun(
+  _ storage: borrowing _OnceWord, valueType: any Any.Type, declaration: CallSite,
+  _ attempt: @MainActor () -> Result<UInt, any Error>
+) -> (any Error)? {
+  let cell = lazyCell(storage, valueType: valueType, declaration: declaration)
+  return MainQueueEngine.run(cell, site: declaration) { MainActor.runIsolated(attempt) }
+}
+
+/// The cell of a lazy value, as a caller that borrows its storage sees it. The deadlock
+/// detector is installed first.
+private func lazyCell(
+  _ storage: borrowing _OnceWord, valueType: any Any.Type, declaration: CallSite
+) -> OnceCell {
+  _ = detectorIsInstalled
+  return OnceCell(
+    word: storage.address,
+    label: .lazy(valueType: TypeName(valueType), declaration: declaration))
+}
+
+/// Room for a built value of `byteCount` bytes aligned to `alignment`, freed with `free` (see
+/// ``MainActorDisposal``). Aligned to at least 2, so that the address is even: a done word (see
+/// OnceCell.swift).
+///
+/// `malloc` where its own alignment is enough, as it is for every alignment up to 16 on Linux:
+/// `UnsafeMutableRawPointer.allocate` takes the Swift runtime's aligned path for those
+/// (`posix_memalign`), 37 instructions more a first read (callgrind).
+@usableFromInline
+func _mainLazyAllocate(byteCount: Int, alignment: Int) -> UnsafeMutableRawPointer {
+  // At least one byte: `malloc(0)` may return `nil`.
+  guard alignment <= MemoryLayout<max_align_t>.alignment, let built = malloc(max(1, byteCount))
+  else { return allocateAligned(byteCount: max(1, byteCount), alignment: alignment) }
+  return built
+}
+
+/// ``_mainLazyAllocate(byteCount:alignment:)`` for an alignment that `malloc` does not promise,
+/// and where `malloc` failed; stops the process if there is no memory.
+@inline(never)
+private func allocateAligned(byteCount: Int, alignment: Int) -> UnsafeMutableRawPointer {
+  var built: UnsafeMutableRawPointer?
+  guard posix_memalign(&built, max(alignment, MemoryLayout<max_align_t>.alignment), byteCount) == 0,
+    let built
+  else { fatalError("MainOnce: no memory for a MainLazy's value of \(byteCount) bytes.") }
+  return built
+}
+
+/// Stops the process: a build found no builder in its slot, which only a build that succeeded
+/// leaves empty.
+@usableFromInline
+func _mainLazyBuilderIsGone() -> Never {
+  Diagnostics.internalInconsistency("a MainLazy's build found its builder released")
+}
+
+/// A reader that waits without blocking: its build, queued with its attempt, and the builder
+/// that build took if it succeeded.
+final class _MainLazyRead<Value, Failure: Error> {
+  /// The lazy value's builder slot, valid while the reader borrows the lazy value.
+  private let slot: UnsafePointer<Mutex<_MainLazyBuilder<Value, Failure>>>
+  /// The builder, once this reader's build succeeded with it.
+  private var taken = _MainLazyBuilder<Value, Failure>()
+
+  init(slot: UnsafePointer<Mutex<_MainLazyBuilder<Value, Failure>>>) {
+    self.slot = slot
+  }
+
+  /// The reader's build, run by the engine in main context.
+  func attempt() -> Result<UInt, any Error> {
+    MainActor.runIsolated { MainLazy._attempt(slot.pointee, handingBuilderTo: &taken) }
+  }
+
+  /// Releases the builder if this reader's build succeeded: the value is published.
+  func releaseBuilder() {
+    taken = _MainLazyBuilder()
+  }
+}
+
+// This is safe because `taken` is written only by the reader's build, in main context, before
+// the value is published and the engine resolves the reader, and read only by the reader after
+// it was resolved and loaded the published word (an acquiring load: see `awaitBuild(site:)`);
+// `slot` never changes.
+extension _MainLazyRead: @unchecked Sendable {}
+
+/// A ``MainLazy``'s builder, or `nil` while a build runs it and once a build succeeded.
 ///
 /// A struct, not the optional closure itself, as the `Mutex`'s value: a `static let` holding a
 /// `Mutex` of a struct with a closure is statically initialized (Swift 6.3.1, checked with
@@ -238,6 +340,31 @@ struct _MainLazyBuilder<Value, Failure: Error>: Sendable {
   @inlinable
   init(_ build: @escaping @MainActor @Sendable () throws(Failure) -> Value) {
     self.build = build
+  }
+
+  /// No builder.
+  @inlinable
+  init() {
+    build = nil
+  }
+
+  /// Takes the builder out of `slot`, leaving `nil` there. Not isolated, as
+  /// ``putBack(into:)`` is not: a closure that the main actor's code hands to
+  /// `Mutex.withLock` would check its executor at run time.
+  @inlinable
+  static func take(from slot: borrowing Mutex<Self>) -> Self {
+    // The slot, not the optional closure in it: returning that closure through the `Mutex`'s
+    // closure crashes the compilers of Swift 6.0 and 6.2 (an assertion in SILGen).
+    slot.withLock { slot in
+      defer { slot.build = nil }
+      return slot
+    }
+  }
+
+  /// Puts the builder back into `slot`, which a build left empty.
+  @inlinable
+  func putBack(into slot: borrowing Mutex<Self>) {
+    slot.withLock { $0 = self }
   }
 }
 
@@ -308,25 +435,28 @@ func _mainLazyValueIfBuiltSlowPath<Value, Failure: Error>(
 }
 
 /// The slow path of ``MainLazy/value``: a free function, so that the inlined fast path passes
-/// the lazy value's address in an argument register and needs no stack frame.
-@usableFromInline
+/// the lazy value's address in an argument register and needs no stack frame. Specialized in
+/// the caller's module for its `Value` and `Failure` (and not inlined there), as a token's slow
+/// path is: a generic build would look up the metadata of its types at run time.
+@inlinable
 @inline(never)
 func _mainLazyBuildSlowPath<Value, Failure: Error>(
   _ lazy: borrowing MainLazy<Value, Failure>
 ) throws(Failure) -> UnsafePointer<Value> {
-  try lazy.build(site: lazy.declaration)
+  try lazy._build()
   return UnsafePointer(bitPattern: lazy._storage.value).unsafelyUnwrapped
 }
 
 /// The slow path of ``MainLazy/value`` for a builder that cannot throw: a function that does
 /// not throw, so that the fast path inlined into the caller keeps no error register (a
 /// `throws(Never)` call still has a throwing function's convention).
-@usableFromInline
+@inlinable
 @inline(never)
 func _mainLazyBuildSlowPath<Value>(
   neverThrowing lazy: borrowing MainLazy<Value, Never>
 ) -> UnsafePointer<Value> {
-  _mainLazyBuildSlowPath(lazy)
+  lazy._build()
+  return UnsafePointer(bitPattern: lazy._storage.value).unsafelyUnwrapped
 }
 
 extension MainLazy where Value: Sendable {
@@ -458,7 +588,7 @@ func _mainLazyAwaitSlowPath<Value: Sendable, Failure: Error>(
   _ lazy: borrowing MainLazy<Value, Failure>, isolation: isolated (any Actor)?
 ) async throws(Failure) -> Value {
   if MainContext.isCurrent {
-    try lazy.build(site: lazy.declaration)
+    try lazy._build()
   } else {
     try await lazy.awaitBuild(site: lazy.declaration)
   }
@@ -498,7 +628,7 @@ enum MainActorDisposal {
   static func destroy<Value>(_ built: UnsafeMutablePointer<Value>) {
     let disposal = Disposal {
       built.deinitialize(count: 1)
-      UnsafeMutableRawPointer(built).deallocate()
+      free(built)
     }
     if MainContext.isCurrent { return disposal.body() }
     // This is safe because the disposal, and `built` with it, is handed over whole: once sent,

@@ -1,3 +1,6 @@
+import Dispatch
+import Foundation
+import MainOnceFixtureSupport
 import Synchronization
 import Testing
 
@@ -9,7 +12,7 @@ private final class Captured: Sendable {
   init(_ number: Int) { self.number = number }
 }
 
-private struct BuildFailed: Error {}
+private struct BuildFailed: Error, Equatable {}
 
 /// Whether `object` is still alive, without keeping it alive.
 private final class Watch: Sendable {
@@ -43,6 +46,42 @@ private final class Holder: Sendable {
       return captured.number
     }
   }
+}
+
+/// An instance that holds a lazy value whose builder captures an object and throws its first
+/// `failures` times. Its first build lets `joiners` readers on other threads go, and holds
+/// until they wait for it: read in main context, it is a build in place that they join.
+private final class JoinedHolder: Sendable {
+  static let declaration = "MainOnceTests/BuiltStateTests.swift:\(#line + 10)"
+  let lazy: MainLazy<Int, BuildFailed>
+  let builds = Counter()
+  /// Signalled once for each joiner, by the first build.
+  let buildStarted = DispatchSemaphore(value: 0)
+  /// Whether every joiner waited for the first build before it ended, as that build found.
+  let joinedFirstBuild = Recorder<Bool>()
+
+  init(capturing captured: Captured, joiners: Int, failures: Int) {
+    let (builds, buildStarted, joinedFirstBuild) = (builds, buildStarted, joinedFirstBuild)
+    lazy = MainLazy { () throws(BuildFailed) -> Int in
+      let build = builds.increment()
+      if build == 1 {
+        for _ in 0..<joiners { buildStarted.signal() }
+        // Bounded: the test fails on `joinedFirstBuild` if the joiners come late.
+        let joined = waitUntil(timeout: .seconds(10)) {
+          waitingCallers(labelContaining: JoinedHolder.declaration) >= joiners
+        }
+        joinedFirstBuild.record(joined)
+      }
+      if build <= failures { throw BuildFailed() }
+      return captured.number
+    }
+  }
+}
+
+/// A read of `holder`'s value, in main context when called on the main actor.
+@MainActor
+private func read(_ holder: JoinedHolder) -> Result<Int, BuildFailed> {
+  Result { () throws(BuildFailed) in try holder.lazy.value }
 }
 
 private let staticBuilds = Atomic(0)
@@ -104,6 +143,48 @@ struct BuiltStateTests {
     // Read from a thread outside main context: a blocking read, built by the main queue.
     let value = await onThread { try? holder.lazy.value }
     #expect(value == .some(3))
+    #expect(!watch.isAlive, "the builder's capture outlived a successful build")
+  }
+
+  @Test(
+    "a read in main context builds in place; readers that join it get its value, or build after it threw; the builder is released once built",
+    arguments: [(joiners: 0, failures: 1), (joiners: 3, failures: 0), (joiners: 3, failures: 1)])
+  @MainActor
+  func mainLazyJoinedInPlace(joiners: Int, failures: Int) async {
+    var captured: Captured? = Captured(5)
+    let watch = Watch(captured!)
+    let holder = JoinedHolder(capturing: captured!, joiners: joiners, failures: failures)
+    captured = nil
+    let joined = Recorder<Result<Int, BuildFailed>>()
+    let finished = DispatchGroup()
+    for _ in 0..<joiners {
+      finished.enter()
+      Thread {
+        if holder.buildStarted.wait(timeout: .now() + TimeScale.seconds(10)) == .success {
+          joined.record(Result { () throws(BuildFailed) in try holder.lazy.value })
+        }
+        finished.leave()
+      }.start()
+    }
+    let mine = read(holder)
+    #expect(holder.joinedFirstBuild.recorded == [true], "the joiners came after the build")
+    if failures == 0 {
+      #expect(mine == .success(5))
+      #expect(!watch.isAlive, "the builder's capture outlived the build in place")
+    } else {
+      #expect(mine == .failure(BuildFailed()))
+    }
+    let allReturned =
+      await onThread { finished.wait(timeout: .now() + TimeScale.seconds(20)) == .success }
+    #expect(allReturned == true)
+    #expect(joined.recorded == Array(repeating: .success(5), count: joiners))
+    if joiners == 0 {
+      #expect(watch.isAlive, "the builder was released after a build that threw")
+      #expect(read(holder) == .success(5))
+    }
+    #expect(holder.builds.value == failures + 1, "a build ran again after one succeeded")
+    let isBuilt = holder.lazy.isBuilt
+    #expect(isBuilt)
     #expect(!watch.isAlive, "the builder's capture outlived a successful build")
   }
 

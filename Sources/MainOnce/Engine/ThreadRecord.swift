@@ -117,7 +117,7 @@ final class ThreadRecord: @unchecked Sendable {
   /// The calling thread's record: one thread-local load once made. The thread's key keeps it
   /// alive, so an unretained reference is enough.
   @inline(__always)
-  private static func unmanaged(at site: CallSite?) -> Unmanaged<ThreadRecord> {
+  static func unmanaged(at site: CallSite?) -> Unmanaged<ThreadRecord> {
     guard let raw = mainonce_thread_record() else { return .passUnretained(makeCurrent(at: site)) }
     return Unmanaged<ThreadRecord>.fromOpaque(raw)
   }
