@@ -75,14 +75,14 @@ final class AsyncBuild: @unchecked Sendable {
   }
 
   /// A caller waiting for a build.
-  final class Caller: @unchecked Sendable {
+  final class Caller: QueueLinked, @unchecked Sendable {
     // This is safe because its mutable state is reachable only with the lock's proof: whether
     // it was cancelled before it arrived (`isCancelled`, a `Guarded`) and its continuation,
     // written once, under the lock, before the caller joins a machine, and read only by
     // ``resumeAnswered(with:)``, on the thread that took it out of the machine under the lock;
-    // and for `next`, the link of ``CallerQueue``, which only that queue reads and writes: inside
-    // a lazy value's machine, under the lock, or in the effects that took the caller out of it,
-    // which own it until they resume it.
+    // and for `link`, which only ``CallerQueue`` reads and writes: inside a lazy value's
+    // machine, under the lock, or in the effects that took the caller out of it, which own it
+    // until they resume it.
 
     let since = Platform.monotonicNanoseconds()
     /// Where the caller awaits, and whether it brought a build (`false`: a wait that never
@@ -98,7 +98,7 @@ final class AsyncBuild: @unchecked Sendable {
     private var isCancelled = Guarded<Bool, Held>(false)
     private var continuation: UnsafeContinuation<Outcome, Never>?
     /// The caller queued behind this one (see ``CallerQueue``).
-    fileprivate var next: Caller?
+    var link = QueueLink<Caller>()
 
     init(insideBuild: AsyncBuild?, site: CallSite, bringsBuild: Bool) {
       self.site = site
@@ -146,39 +146,7 @@ final class AsyncBuild: @unchecked Sendable {
   /// The callers of a lazy value's builds, in arrival order: a list threaded through them, so
   /// that joining allocates nothing. Under ``lock``, inside the value's machine, or owned by the
   /// effects that answered them after it, until they are resumed.
-  struct CallerQueue: CallerBatch {
-    private var head: Caller?
-    private var tail: Caller?
-
-    init() {}
-
-    var isEmpty: Bool { head == nil }
-
-    mutating func append(_ caller: Caller) {
-      caller.next = nil
-      if let tail { tail.next = caller } else { head = caller }
-      tail = caller
-    }
-
-    mutating func removeFirst() -> Caller? {
-      guard let caller = head else { return nil }
-      head = caller.next
-      if head == nil { tail = nil }
-      caller.next = nil
-      return caller
-    }
-
-    func makeIterator() -> Iterator { Iterator(current: head) }
-
-    struct Iterator: IteratorProtocol {
-      var current: Caller?
-
-      mutating func next() -> Caller? {
-        defer { current = current?.next }
-        return current
-      }
-    }
-  }
+  typealias CallerQueue = LinkedQueue<Caller>
 
   let label: CellLabel
   let marker = Marker()

@@ -340,7 +340,7 @@ final class Waiter: @unchecked Sendable {
   // `flight`, `startedAt` and the answer are this file's, which writes them only with the lock's
   // proof in hand (the answer before the releasing store that sets `isResolved`), and reachable
   // elsewhere only through accessors that take that proof, or, for the answer, only after an
-  // acquiring load finds `isResolved` set; `phase` and `next` are ``WaiterQueue``'s links.
+  // acquiring load finds `isResolved` set; `phase` and `link` are ``WaiterQueue``'s.
 
   /// How the caller learns its resolution (see ``Wakeup``): a parked thread is unparked; a
   /// suspended task (`nil` until it has suspended) is resumed; a completion-form call's handler
@@ -379,10 +379,10 @@ final class Waiter: @unchecked Sendable {
   // (reachable only with the lock's proof); the dynamic check would only cost time.
   @exclusivity(unchecked) fileprivate var phase = CallerPhase.arriving
   /// The caller queued behind this one (see ``WaiterQueue``).
-  // This is safe because only ``WaiterQueue`` reads and writes it, inside a flight's machine
+  // This is safe because only ``LinkedQueue`` reads and writes it, inside a flight's machine
   // (reachable only with the lock's proof) or in the effects that took the caller out of it,
   // which own it until they wake it.
-  @exclusivity(unchecked) fileprivate var next: Waiter?
+  @exclusivity(unchecked) var link = QueueLink<Waiter>()
 
   /// A caller that brings an attempt (`nil` only for the stand-in for an in-place run, whose
   /// attempt runs already).
@@ -452,7 +452,7 @@ final class Waiter: @unchecked Sendable {
     phase = .arriving
     startedAt = 0
     flight = nil
-    next = nil
+    link = QueueLink()
     resolution = nil
     isResolved.store(false, ordering: .relaxed)
   }
@@ -460,64 +460,17 @@ final class Waiter: @unchecked Sendable {
 
 /// The callers of a flight, in arrival order: a list threaded through the waiters, so that
 /// queueing one allocates nothing; each caller's phase is kept in its waiter. Under the lock.
-struct WaiterQueue: FlightCallers, CallerBatch {
+typealias WaiterQueue = LinkedQueue<Waiter>
+
+extension Waiter: QueueLinked {}
+
+extension LinkedQueue: FlightCallers where Element == Waiter {
   typealias Thread = ThreadID
   typealias Batch = WaiterQueue
-
-  private var head: Waiter?
-  private var tail: Waiter?
-
-  init() {}
-
-  var isEmpty: Bool { head == nil }
 
   func phase(of waiter: Waiter) -> CallerPhase { waiter.phase }
 
   func setPhase(_ phase: CallerPhase, of waiter: Waiter) { waiter.phase = phase }
 
   func borrowsStorage(_ waiter: Waiter) -> Bool { waiter.storage != nil }
-
-  mutating func append(_ waiter: Waiter) {
-    waiter.next = nil
-    if let tail { tail.next = waiter } else { head = waiter }
-    tail = waiter
-  }
-
-  mutating func remove(_ waiter: Waiter) {
-    var previous: Waiter?
-    var current = head
-    while let candidate = current, candidate !== waiter {
-      previous = candidate
-      current = candidate.next
-    }
-    guard current != nil else { return }
-    if let previous { previous.next = waiter.next } else { head = waiter.next }
-    if tail === waiter { tail = previous }
-    waiter.next = nil
-  }
-
-  func first(where predicate: (Waiter) -> Bool) -> Waiter? {
-    var current = head
-    while let waiter = current, !predicate(waiter) { current = waiter.next }
-    return current
-  }
-
-  mutating func removeFirst() -> Waiter? {
-    guard let waiter = head else { return nil }
-    head = waiter.next
-    if head == nil { tail = nil }
-    waiter.next = nil
-    return waiter
-  }
-
-  func makeIterator() -> Iterator { Iterator(current: head) }
-
-  struct Iterator: IteratorProtocol {
-    var current: Waiter?
-
-    mutating func next() -> Waiter? {
-      defer { current = current?.next }
-      return current
-    }
-  }
 }

@@ -18,20 +18,20 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   // what `ObjectCell` holds is safe for the reasons its comment gives.
 
   /// A caller waiting for the runner, and what it is told.
-  final class Waiter: @unchecked Sendable {
+  final class Waiter: QueueLinked, @unchecked Sendable {
     // This is safe because its two mutable fields are each reached in one way only: `turn`,
     // written only by ``tell(_:holding:)``, with the lock's proof, before the releasing store
     // that sets `isResolved`, and read only by ``answeredTurn``, after an acquiring load finds
-    // it set (nothing writes it again); and `next`, the link of ``WaiterQueue``, which only that
-    // queue reads and writes, inside the run's machine (reachable only with the lock's proof)
-    // or in the effects that took the waiter out of it, which own it until they wake it.
+    // it set (nothing writes it again); and `link`, which only ``WaiterQueue`` reads and
+    // writes, inside the run's machine (reachable only with the lock's proof) or in the effects
+    // that took the waiter out of it, which own it until they wake it.
     typealias Turn = RunOnceTurn
     let thread: ThreadID
     let site: CallSite
     let parking: Parking
     let cell: RunOnceCell
     private var turn: Turn?
-    fileprivate var next: Waiter?
+    var link = QueueLink<Waiter>()
     let isResolved = Atomic(false)
 
     init(thread: ThreadID, site: CallSite, parking: Parking, cell: RunOnceCell) {
@@ -53,37 +53,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// The waiters of a run, in arrival order: a list threaded through them, so that queueing
   /// one allocates nothing. Under the lock, or owned by the effects that answered them.
-  struct WaiterQueue: CallerBatch {
-    private var head: Waiter?
-    private var tail: Waiter?
-
-    init() {}
-
-    mutating func append(_ waiter: Waiter) {
-      waiter.next = nil
-      if let tail { tail.next = waiter } else { head = waiter }
-      tail = waiter
-    }
-
-    mutating func removeFirst() -> Waiter? {
-      guard let waiter = head else { return nil }
-      head = waiter.next
-      if head == nil { tail = nil }
-      waiter.next = nil
-      return waiter
-    }
-
-    func makeIterator() -> Iterator { Iterator(current: head) }
-
-    struct Iterator: IteratorProtocol {
-      var current: Waiter?
-
-      mutating func next() -> Waiter? {
-        defer { current = current?.next }
-        return current
-      }
-    }
-  }
+  typealias WaiterQueue = LinkedQueue<Waiter>
 
   /// A run in progress: its machine (the thread running a body, and the callers waiting).
   final class Run {
