@@ -72,13 +72,15 @@ extension Duration {
   }
 }
 
-/// Ends an exit test's child process if it has not ended within `seconds` (scaled), so that a
-/// hang fails the test (exit status 3, and not the message the test expects) instead of
-/// stalling the run. An exit test's child inherits the environment, and with it the time scale.
-/// For an exit test that expects a stall: a 100 ms stall timeout, and a report handler that
-/// writes the first stall report to standard error after `REPORT ` and ends the process.
+/// For an exit test that expects a stall: a stall timeout of half a second (scaled), and a
+/// report handler that writes the first stall report to standard error after `REPORT ` and
+/// ends the process. A subject is reported once, as its oldest caller passes the timeout, so
+/// every caller the test expects in the report must have joined by then: the timeout is long
+/// enough for a task or thread that the first caller starts to begin waiting on a loaded
+/// machine (with 100 ms, under ThreadSanitizer beside eight CPU hogs, a report once came before
+/// the second caller).
 func exitAtTheFirstStallReport() {
-  DeadlockDetection.stalls = .report(after: .milliseconds(100))
+  DeadlockDetection.stalls = .report(after: .milliseconds(500).scaled)
   DeadlockDetection.reportHandler = { report in
     guard report.kind == .stall else { return }
     FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
@@ -86,6 +88,9 @@ func exitAtTheFirstStallReport() {
   }
 }
 
+/// Ends an exit test's child process if it has not ended within `seconds` (scaled), so that a
+/// hang fails the test (exit status 3, and not the message the test expects) instead of
+/// stalling the run. An exit test's child inherits the environment, and with it the time scale.
 func boundExitTest(seconds: Double = 10) {
   let limit = TimeScale.seconds(seconds)
   Thread {
