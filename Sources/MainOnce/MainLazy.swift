@@ -187,19 +187,18 @@ public struct MainLazy<Value, Failure: Error>: ~Copyable {
     _ slot: borrowing Mutex<_MainLazyBuilder<Value, Failure>>,
     handingBuilderTo taken: inout _MainLazyBuilder<Value, Failure>
   ) -> Result<UInt, any Error> {
-    let builder = _MainLazyBuilder.take(from: slot)
-    guard let build = builder.build else { _mainLazyBuilderIsGone() }
+    guard let build = _MainLazyBuilder.take(from: slot).build else { _mainLazyBuilderIsGone() }
     let value: Value
     do {
       value = try build()
     } catch {
-      builder.putBack(into: slot)
+      _MainLazyBuilder(build).putBack(into: slot)
       return .failure(error)
     }
     let built = _mainLazyAllocate(
       byteCount: MemoryLayout<Value>.size, alignment: MemoryLayout<Value>.alignment)
     built.initializeMemory(as: Value.self, to: value)
-    taken = consume builder
+    taken = _MainLazyBuilder(build)
     return .success(UInt(bitPattern: built))
   }
 

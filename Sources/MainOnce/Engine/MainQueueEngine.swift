@@ -411,7 +411,11 @@ enum MainQueueEngine {
     _ cell: OnceCell, site: CallSite, runnerSite: CallSite?, on thread: ThreadRecord,
     waits: Bool = false
   ) -> Never {
-    let first = thread.inPlaceRuns.last { $0.word == UnsafeRawPointer(cell.word) }?.site
+    var run = thread.innermostInPlaceRun
+    while let outer = run, outer.pointee.word != UnsafeRawPointer(cell.word) {
+      run = outer.pointee.outer
+    }
+    let first = run?.pointee.site
     Diagnostics.reentrance(
       cell.label, firstCall: first ?? runnerSite!, secondCall: site, waits: waits)
   }
@@ -421,12 +425,20 @@ enum MainQueueEngine {
   /// marks the run (``OnceCell/startInPlaceRun(on:)``) until it ends; a caller that arrives
   /// meanwhile attaches a flight that takes the run over, and this thread then drives the
   /// flight's queue, as main-context code does.
+  ///
+  /// The run is linked into the thread's record (``ThreadRecord/innermostInPlaceRun``) from this
+  /// stack frame, only while the attempt runs: the pointer names it no longer than
+  /// `withUnsafePointer` promises.
   private static func runInPlace(
     _ cell: OnceCell, _ attempt: Attempt, site: CallSite, on thread: ThreadRecord
   ) -> Resolution {
-    thread.inPlaceRuns.append((UnsafeRawPointer(cell.word), site))
-    let result = runInMainContext(attempt, on: thread)
-    thread.inPlaceRuns.removeLast()
+    let run = InPlaceRun(
+      word: UnsafeRawPointer(cell.word), site: site, outer: thread.innermostInPlaceRun)
+    let result = withUnsafePointer(to: run) { run in
+      thread.innermostInPlaceRun = run
+      defer { thread.innermostInPlaceRun = run.pointee.outer }
+      return runInMainContext(attempt, on: thread)
+    }
     if !cell.endInPlaceRun(by: thread.id, with: result) {
       let (flight, standIn) = OnceCell.withLock { cell.takenOverRun(of: thread.id, holding: $0) }
       drive(flight, from: settle(flight, standIn, with: result, on: thread), on: thread)

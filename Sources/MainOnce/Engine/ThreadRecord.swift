@@ -13,10 +13,10 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id` and `isMainThread` never change, and `mainContextDepth`,
-  // `inPlaceRuns`, `spareParking`, `spareWaiters`, `objectCellCache` and `trackedWaits` (each
-  // made once; the objects they hold say why they may be shared) are only read and written by
-  // the thread this record belongs to; that also makes their accesses exclusive, so they skip
-  // the dynamic check. The published wait and its count are atomics.
+  // `innermostInPlaceRun`, `spareParking`, `spareWaiters`, `objectCellCache` and `trackedWaits`
+  // (each made once; the objects they hold say why they may be shared) are only read and
+  // written by the thread this record belongs to; that also makes their accesses exclusive, so
+  // they skip the dynamic check. The published wait and its count are atomics.
 
   /// The kernel thread id, read once: `gettid()` is a system call.
   let id: ThreadID
@@ -29,10 +29,12 @@ final class ThreadRecord: @unchecked Sendable {
   /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
   // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) private var spareParking: Parking? = Parking()
-  /// The once-cells whose attempt this thread runs in place, without a flight (innermost
-  /// last), each with the call that runs it: a re-entrant call names that call.
+  /// The innermost once-cell whose attempt this thread runs in place, without a flight, linked
+  /// to the runs it is nested in: a re-entrant call names the call that runs it. Each run lives
+  /// on this thread's stack, in ``MainQueueEngine``'s `runInPlace`, which links it here for as
+  /// long as it runs and unlinks it before it returns: no allocation, no array to grow.
   // This is safe because only the thread this record belongs to reads and writes it.
-  @exclusivity(unchecked) var inPlaceRuns: [(word: UnsafeRawPointer, site: CallSite)] = []
+  @exclusivity(unchecked) var innermostInPlaceRun: UnsafePointer<InPlaceRun>?
   /// What rooms above the engine keep for this thread, whose types the engine does not know:
   /// `PerObject/`'s cache of the object cells the thread used last, and the tracked wait
   /// `TrackedWaits/` reuses for it. Each is made at the thread's first use of its room and held
@@ -99,8 +101,6 @@ final class ThreadRecord: @unchecked Sendable {
     #else
       isMainThread = pthread_main_np() != 0
     #endif
-    // Room for nested in-place runs, so that starting one allocates nothing.
-    inPlaceRuns.reserveCapacity(4)
   }
 
   /// The calling thread's record, unretained: the thread keeps it alive as long as it runs.
@@ -182,6 +182,14 @@ final class ThreadRecord: @unchecked Sendable {
     }
     return key
   }()
+}
+
+/// A once-cell whose attempt a thread runs in place (see ``ThreadRecord/innermostInPlaceRun``):
+/// its word, the call that runs it, and the run it is nested in, if any.
+struct InPlaceRun {
+  let word: UnsafeRawPointer
+  let site: CallSite
+  let outer: UnsafePointer<InPlaceRun>?
 }
 
 /// Where a blocked caller sleeps until it is resolved: a single-token parking, as Rust's
