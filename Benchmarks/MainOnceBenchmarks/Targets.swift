@@ -30,7 +30,7 @@ enum Targets {
         BenchmarkRun.Target(
           name: "a token's first call in main context ≤ 5× dispatch_once_f's first call",
           measured: ratio.description, verdict: ratio.verdict(against: 5),
-          note: "with nobody else calling, no flight, caller record or lock: the thread's record,"
+          note: "with nobody else calling, no gate, caller record or lock: the thread's record,"
             + " the main-context check and two compare-and-exchanges on the word"))
     }
     if let lazy = result.timings["mainLazy"],

@@ -15,10 +15,10 @@
 // And what MainOnce's own code cannot do (these import it `@testable`): reach the state that a
 // lock guards without the lock's proof, or forge that proof.
 //
-// - UnguardedCell: a flight's state, read without `OnceCell.Held`, and the proof made by hand.
-// - UnguardedWaiter: a caller's wake-up and its answer, written without the flight.
-// - UnguardedBuild: an `AsyncMainLazy` build's state, changed without `AsyncBuild.Held`.
-// - UnguardedObjectCell: a `runOnce(for:)` cell's run, changed without `RunOnceCell.Held`.
+// - UnguardedCell: a gate's state, read without `OnceCell.LockHeld`, and the proof made by hand.
+// - UnguardedWaiter: a caller's wake-up and its answer, written without the gate.
+// - UnguardedBuild: an `AsyncMainLazy` build's state, changed without `AsyncBuild.LockHeld`.
+// - UnguardedObjectCell: a `runOnce(for:)` cell's run, changed without `RunOnceCell.LockHeld`.
 import PackageDescription
 
 let package = Package(

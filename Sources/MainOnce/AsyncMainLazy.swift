@@ -75,7 +75,8 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
   private final class Builder: @unchecked Sendable {
     // This is safe because its one field, `build`, is reachable only with the lock's proof (a
     // `Guarded`), and the closure it holds is `Sendable`.
-    private var build: Guarded<(@MainActor @Sendable () async throws -> Value)?, AsyncBuild.Held>
+    private var build:
+      Guarded<(@MainActor @Sendable () async throws -> Value)?, AsyncBuild.LockHeld>
 
     init(_ build: @escaping @MainActor @Sendable () async throws -> Value) {
       self.build = Guarded(build)
@@ -83,7 +84,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
     /// Reads or changes the builder, holding the lock.
     func withBuild<Result>(
-      holding held: borrowing AsyncBuild.Held,
+      holding held: borrowing AsyncBuild.LockHeld,
       _ body: (inout (@MainActor @Sendable () async throws -> Value)?) -> Result
     ) -> Result {
       build.modify(held, body)
@@ -380,7 +381,7 @@ public final class AsyncMainLazy<Value: Sendable>: Sendable {
 
     init(lazy: AsyncMainLazy) { self.lazy = lazy }
 
-    mutating func publish(_ value: UInt, holding held: borrowing AsyncBuild.Held) {
+    mutating func publish(_ value: UInt, holding held: borrowing AsyncBuild.LockHeld) {
       lazy._storage.word.store(value, ordering: .releasing)
       released = lazy.builder.withBuild(holding: held) { build in
         defer { build = nil }

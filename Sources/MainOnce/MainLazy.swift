@@ -37,7 +37,7 @@ internal import _CMainOnceShims
 /// published address: no lock and no hop. A first read in main context that no other thread
 /// joins builds in place, as a token's first call there runs its initializer: one
 /// compare-and-exchange marks the value as being built, the builder runs, and another
-/// publishes the value: no flight, no lock that anyone else takes (the builder's slot is a
+/// publishes the value: no gate, no lock that anyone else takes (the builder's slot is a
 /// `Mutex` that only builds take, one at a time) and one allocation, the value's. Like a
 /// token, a `MainLazy` is statically initialized when declared as a `static let` with a closure
 /// that captures nothing, and it cannot be declared with `var`.

@@ -66,7 +66,7 @@ enum BarrierScenario: String, CaseIterable {
       DeadlockDetection.cycles = .off
       cycle()
       Thread {
-        // Both waits are published once their grace (50 ms) is over.
+        // Both waits are published once their grace period (50 ms) is over.
         usleep(TimeScale.microseconds(500_000))
         denyMembarrier()
         BarrierScenario.since.store(DispatchTime.now().uptimeNanoseconds, ordering: .releasing)

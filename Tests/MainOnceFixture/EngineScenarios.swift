@@ -28,8 +28,8 @@ enum EngineScenario: String, CaseIterable {
   case staleHopNegativeCount
   /// A worker's hop is queued; main-thread code then runs the token in place, which runs the
   /// worker's initializer first, and that initializer serves the main queue from a nested run
-  /// loop: the worker's own hop arrives while its flight's runner is this very thread. Both
-  /// initializers throw, so the flight ends with nobody running it and nobody queued: a later
+  /// loop: the worker's own hop arrives while its gate's runner is this very thread. Both
+  /// initializers throw, so the gate ends with nobody running it and nobody queued: a later
   /// caller must still get a hop, and run.
   case nestedRunLoopServesPendingHop
   /// Completion handlers are submitted while the initialization finishes; the first handler
@@ -46,7 +46,7 @@ enum EngineScenario: String, CaseIterable {
   case inPlaceWhileWorkerHopsTracked
   /// Two workers wait in their hops, one for an outer token whose initializer calls an inner
   /// token and then throws, one for the inner token. Main-queue code then calls the outer token:
-  /// it drives the outer flight and, inside the outer worker's initializer, makes a blocking
+  /// it drives the outer gate and, inside the outer worker's initializer, makes a blocking
   /// call of the inner token while its own call of the outer one is still queued; that call's
   /// initializer runs next. Each must run once and every caller return: the nested call must
   /// not reuse the record of the call it is nested in.
@@ -111,7 +111,7 @@ enum EngineScenario: String, CaseIterable {
 
 /// A short-lived owner of a token, as in `final class Thing { let token = MainOnceToken() }`.
 ///
-/// Padded to an allocation size that none of MainOnce's own objects (cells, flights, waiters,
+/// Padded to an allocation size that none of MainOnce's own objects (cells, gates, waiters,
 /// records, all smaller) shares, so that freeing one owner and allocating the next on the same
 /// thread returns the same address, not memory that MainOnce's bookkeeping took in between.
 final class TokenOwner: Sendable {
@@ -392,7 +392,7 @@ private func runNestedRunLoopServesPendingHop(driver: Driver) -> Never {
   DispatchQueue.global().async {
     let workerDone = workerReturned.wait(timeout: .now() + TimeScale.seconds(3)) == .success
     tally.set("workerReturned", workerDone ? 1 : 0)
-    // The flight has nobody running and nobody queued: a later caller needs a hop of its own.
+    // The gate has nobody running and nobody queued: a later caller needs a hop of its own.
     let laterReturned = laterCallerReturns(for: owner, tally)
     verdict(
       workerDone && laterReturned && tally["workerRuns"] == 1 && tally["workerThrew"] == 1

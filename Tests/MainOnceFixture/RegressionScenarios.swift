@@ -58,7 +58,7 @@ enum RegressionScenario: String, CaseIterable {
   case serviceLateProof
   /// With a 1 ms stall timeout and the main queue held by sleeping code, async callers of
   /// one token keep arriving and being cancelled while other threads keep MainOnce busy: the
-  /// watchdog keeps looking at a flight whose callers come and go. Runs 6 s
+  /// watchdog keeps looking at a gate whose callers come and go. Runs 6 s
   /// (`REGRESSION_SECONDS`).
   case watchdogWithCallersComingAndGoing
   /// The report handler reads a fresh `MainLazy` (a logger), which needs the main queue;
@@ -356,10 +356,10 @@ private var watchdogScenarioDuration: Duration {
 }
 
 /// A stall timeout of 1 ms. Main-queue code sleeps, 1 ms at a time, so the watchdog keeps
-/// looking at the flight every stall timeout without ever finding it stuck. Three threads keep
+/// looking at the gate every stall timeout without ever finding it stuck. Three threads keep
 /// starting tasks that await one token, cancelling each after 75 to 375 µs (every 50th after
 /// 2 ms more, so that some caller is old enough for a first look); in the first 2 ms of every
-/// 20 ms they start none, so that the flight's queue empties and fills again. Three more threads
+/// 20 ms they start none, so that the gate's queue empties and fills again. Three more threads
 /// keep performing tracked work, so that MainOnce's lock is busy and the machine loaded. The
 /// watchdog then often takes its look when every caller it sees arrived after it read the clock.
 private func runWatchdogWithCallersComingAndGoing() {

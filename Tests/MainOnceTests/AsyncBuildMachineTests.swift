@@ -196,7 +196,7 @@ enum AsyncBuildModel {
 
     // MARK: The world the effects are performed in
 
-    mutating func publish(_ value: UInt, holding _: borrowing AsyncBuild.Held) {
+    mutating func publish(_ value: UInt, holding _: borrowing AsyncBuild.LockHeld) {
       if world.isBuilt { violations.append("the value was published twice") }
       world.isBuilt = true
     }

@@ -76,7 +76,7 @@ struct EngineSoundnessTests {
   }
 
   @Test(
-    "a hop served by a run loop nested in its own flight's in-place initializer leaves the flight able to hop again",
+    "a hop served by a run loop nested in its own gate's in-place initializer leaves the gate able to hop again",
     arguments: cases("nestedRunLoopServesPendingHop"))
   func nestedRunLoopServesPendingHop(_ testCase: Case) async throws {
     try await expectPass(testCase)
@@ -388,17 +388,17 @@ private final class LeakCheckOwner: Sendable {
 }
 
 extension EngineSoundnessInProcessTests {
-  /// A failed initialization leaves the token's flight attached to its storage (nothing was
+  /// A failed initialization leaves the token's gate attached to its storage (nothing was
   /// published, so nobody detached it). When the token's owner goes, the storage must give its
-  /// reference back: nothing else holds the flight.
-  @Test("a token freed with its flight still attached releases the flight")
+  /// reference back: nothing else holds the gate.
+  @Test("a token freed with its gate still attached releases the gate")
   @MainActor
   func freedTokenReleasesItsFlight() async throws {
-    weak var flight: Flight?
+    weak var gate: Gate?
     do {
       let owner = LeakCheckOwner()
-      // From a worker, through a hop: a flight is attached, and stays after the throw. (In
-      // main context, with nobody else calling, an attempt runs without a flight.)
+      // From a worker, through a hop: a gate is attached, and stays after the throw. (In
+      // main context, with nobody else calling, an attempt runs without a gate.)
       let threw = await onThread {
         do throws(NotYet) {
           try onceOnMain(token: owner.token) { () throws(NotYet) in throw NotYet() }
@@ -408,17 +408,17 @@ extension EngineSoundnessInProcessTests {
         }
       }
       #expect(threw == true)
-      flight = OnceCell.withLock {
-        Flight.attached(owner.token._word.word.load(ordering: .relaxed), holding: $0)
+      gate = OnceCell.withLock {
+        Gate.attached(owner.token._word.word.load(ordering: .relaxed), holding: $0)
       }
-      #expect(flight != nil)
+      #expect(gate != nil)
     }  // the owner, its token and the token's storage end here
     // Allow for a reference still held by code on its way out (none is expected).
     let deadline = ContinuousClock.now + .seconds(1).scaled
-    while flight != nil && ContinuousClock.now < deadline {
+    while gate != nil && ContinuousClock.now < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
-    #expect(flight == nil, "the flight outlived the storage that held it")
+    #expect(gate == nil, "the gate outlived the storage that held it")
   }
 }
 

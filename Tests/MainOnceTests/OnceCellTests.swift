@@ -11,7 +11,7 @@ struct OnceCellTests {
   func publishesAfterResolvingEveryWaiter() {
     let storage = CellStorage()
     let publishedAtHandler = Recorder<Bool>()
-    // The owner borrows the storage, so the flight is published as it finishes; each handler
+    // The owner borrows the storage, so the gate is published as it finishes; each handler
     // is submitted while it is resolved, and sees whether a caller on the fast path could
     // already have gone ahead of it.
     let owner = Waiter(
@@ -23,17 +23,17 @@ struct OnceCellTests {
         attempt: nil, storage: nil)
     }
     let me = ThreadRecord.current.id
-    MainQueueEngine.transition { held -> (Void, Flight?, FlightEffects<WaiterQueue>) in
-      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else {
-        return ((), nil, FlightEffects())
+    MainQueueEngine.transition { held -> (Void, Gate?, GateEffects<WaiterQueue>) in
+      guard case .pending(let gate) = storage.cell.phase(holding: held) else {
+        return ((), nil, GateEffects())
       }
       // What the arrivals ask for (a timer) is not what this test is about: left undone.
-      _ = flight.arrive(owner, on: me, inMainContext: true, holding: held)
+      _ = gate.arrive(owner, on: me, inMainContext: true, holding: held)
       for handler in handlers {
-        _ = flight.arrive(handler, on: nil, inMainContext: false, holding: held)
+        _ = gate.arrive(handler, on: nil, inMainContext: false, holding: held)
       }
-      let (_, effects) = flight.settle(owner, with: .success(0), on: me, holding: held)
-      return ((), flight, effects)
+      let (_, effects) = gate.settle(owner, with: .success(0), on: me, holding: held)
+      return ((), gate, effects)
     }
     let publishedAtEnd = storage.word.isPublished
     #expect(publishedAtHandler.recorded == [false, false, false])
@@ -46,16 +46,16 @@ struct OnceCellTests {
     let handler = Waiter(
       site: cellSite, label: cellLabel, kind: .handler { _ in }, attempt: nil, storage: nil)
     let me = ThreadRecord.current.id
-    let flight = OnceCell.withLock { held -> Flight? in
-      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return nil }
+    let gate = OnceCell.withLock { held -> Gate? in
+      guard case .pending(let gate) = storage.cell.phase(holding: held) else { return nil }
       // The hop it asks for is not sent: the test plays it.
-      _ = flight.arrive(handler, on: nil, inMainContext: false, holding: held)
-      _ = flight.mainQueueReached(on: me, isHop: true, holding: held)
-      return flight
+      _ = gate.arrive(handler, on: nil, inMainContext: false, holding: held)
+      _ = gate.mainQueueReached(on: me, isHop: true, holding: held)
+      return gate
     }
-    MainQueueEngine.transition { held -> (Void, Flight?, FlightEffects<WaiterQueue>) in
-      let (_, effects) = flight!.settle(handler, with: .success(0), on: me, holding: held)
-      return ((), flight, effects)
+    MainQueueEngine.transition { held -> (Void, Gate?, GateEffects<WaiterQueue>) in
+      let (_, effects) = gate!.settle(handler, with: .success(0), on: me, holding: held)
+      return ((), gate, effects)
     }
     let published = OnceCell.withLock { held -> [Bool] in
       let whenFinished = storage.word.isPublished
@@ -69,23 +69,23 @@ struct OnceCellTests {
   @Test("a caller whose attempt failed has ended its wait for the detector before it wakes")
   func failedCallerHasEndedBeforeItWakes() {
     let storage = CellStorage()
-    let parking = Parking()
+    let parker = Parker()
     let me = ThreadRecord.current.id
     let failed = Waiter(
-      site: cellSite, label: cellLabel, kind: .thread(ParkedThread(parking: parking, id: me)),
+      site: cellSite, label: cellLabel, kind: .thread(ParkedThread(parker: parker, id: me)),
       attempt: nil,
       storage: storage.word.address)
     let next = Waiter(
-      site: cellSite, label: cellLabel, kind: .thread(ParkedThread(parking: parking, id: me)),
+      site: cellSite, label: cellLabel, kind: .thread(ParkedThread(parker: parker, id: me)),
       attempt: nil,
       storage: storage.word.address)
-    var shell: Flight?
-    let (ended, effects) = OnceCell.withLock { held -> ([Bool], FlightEffects<WaiterQueue>?) in
-      guard case .inFlight(let flight) = storage.cell.phase(holding: held) else { return ([], nil) }
-      _ = flight.arrive(failed, on: me, inMainContext: true, holding: held)
-      _ = flight.arrive(next, on: nil, inMainContext: false, holding: held)
-      shell = flight
-      let (runsNext, effects) = flight.settle(
+    var shell: Gate?
+    let (ended, effects) = OnceCell.withLock { held -> ([Bool], GateEffects<WaiterQueue>?) in
+      guard case .pending(let gate) = storage.cell.phase(holding: held) else { return ([], nil) }
+      _ = gate.arrive(failed, on: me, inMainContext: true, holding: held)
+      _ = gate.arrive(next, on: nil, inMainContext: false, holding: held)
+      shell = gate
+      let (runsNext, effects) = gate.settle(
         failed, with: .failure(AttemptFailed()), on: me, holding: held)
       effects.performUnderLock(in: &shell!, holding: held)
       // The runner goes on with `next`: the failed caller's wait still names it as its blocker,
@@ -95,7 +95,7 @@ struct OnceCellTests {
     }
     #expect(ended == [true, true, false])
     effects?.performAfterLock(in: &shell!)
-    #expect(parking.park(until: .now()))
+    #expect(parker.park(until: .now()))
   }
 }
 

@@ -194,7 +194,7 @@ func waitingCallers(labelContaining text: String) -> Int {
       if let waiter = entry.wait as? Waiter, !waiter.isOver,
         waiter.label.description.contains(text)
       {
-        return OnceCell.withLock { waiter.flight(holding: $0) }
+        return OnceCell.withLock { waiter.gate(holding: $0) }
       }
       if let waiter = entry.wait as? RunOnceCell.Waiter, !waiter.isOver,
         waiter.cell.label.description.contains(text)
@@ -204,9 +204,9 @@ func waitingCallers(labelContaining text: String) -> Int {
       return nil
     }
   }
-  if let flight = cells.first as? Flight {
+  if let gate = cells.first as? Gate {
     return OnceCell.withLock { held in
-      flight.callers(holding: held).filter { $0.phase(holding: held) == .queued }.count
+      gate.callers(holding: held).filter { $0.phase(holding: held) == .queued }.count
     }
   }
   if let cell = cells.first as? RunOnceCell {

@@ -146,13 +146,14 @@ enum RunOnceModel {
 
     // MARK: The world the effects are performed in
 
-    mutating func publish(holding _: borrowing RunOnceCell.Held) {
+    mutating func publish(holding _: borrowing RunOnceCell.LockHeld) {
       if world.isDone { violations.append("the call site was published twice") }
       world.isDone = true
     }
 
-    mutating func record(_ turn: RunOnceTurn, of caller: Int, holding _: borrowing RunOnceCell.Held)
-    {
+    mutating func record(
+      _ turn: RunOnceTurn, of caller: Int, holding _: borrowing RunOnceCell.LockHeld
+    ) {
       if !world.parked[caller] { violations.append("caller \(caller) was answered, not waiting") }
       switch turn {
       case .done: answer(caller, .done)
@@ -162,7 +163,7 @@ enum RunOnceModel {
       }
     }
 
-    mutating func endRun(holding _: borrowing RunOnceCell.Held) {
+    mutating func endRun(holding _: borrowing RunOnceCell.LockHeld) {
       world.machine = nil
     }
 

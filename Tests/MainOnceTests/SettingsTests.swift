@@ -101,12 +101,12 @@ struct SettingsTests {
   )
   func serveMainQueueHints() {
     #expect(Platform.isTestRunner, "this process runs the tests")
-    let inTest = Look.serveMainQueueHint(inTestRunner: true)
+    let inTest = StallCheck.serveMainQueueHint(inTestRunner: true)
     #expect(inTest.contains("XCTestExpectation") && inTest.contains("`await`"))
     #expect(!inTest.contains("dispatchMain()"))
-    let elsewhere = Look.serveMainQueueHint(inTestRunner: false)
+    let elsewhere = StallCheck.serveMainQueueHint(inTestRunner: false)
     #expect(elsewhere.contains("dispatchMain() or RunLoop.main.run()"))
-    let swiftTesting = Look.swiftTestingHint
+    let swiftTesting = StallCheck.swiftTestingHint
     #expect(swiftTesting.contains("`await`") && swiftTesting.contains("semaphore"))
     #expect(!swiftTesting.contains("XCTest"))
   }

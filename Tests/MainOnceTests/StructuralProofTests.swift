@@ -217,8 +217,8 @@ struct StructuralProofTests {
       stoppingReport(in: outcome.standardError, from: Self.fixtureFile),
       "\(outcome.standardError)")
     let stopped = try #require(waited(in: lines.joined(separator: "\n")), "\(lines)")
-    // Within max(grace, 100 ms) of the change, give or take a scaled second for the handler to
-    // run and a loaded machine: not a look scheduled under the old 3 s.
+    // Within max(grace period, 100 ms) of the change, give or take a scaled second for the handler
+    // to run and a loaded machine: not a look scheduled under the old 3 s.
     #expect(
       stopped <= first + 0.1 + TimeScale.seconds(1),
       "stopped \(stopped) s in, reported \(first) s in")

@@ -54,7 +54,7 @@ struct WaitGraphTests {
       node(1, waitsForAnyOf: [2]), node(2, waitsForAnyOf: [1], proof: .opaque),
     ])
     let edges = try #require(graph.deadlock(through: ThreadID(rawValue: 1)))
-    #expect(!Suspect(edges: edges).canBeProven)
+    #expect(!CandidateDeadlock(edges: edges).canBeProven)
   }
 
   /// A wait for work, or for a thread captured in dispatch work: a thread MainOnce cannot name
@@ -67,7 +67,7 @@ struct WaitGraphTests {
       node(1, waitsForAnyOf: [2]), node(2, waitsForAnyOf: [1], proof: .open(because: why)),
     ])
     let edges = try #require(graph.deadlock(through: ThreadID(rawValue: 1)))
-    #expect(!Suspect(edges: edges).canBeProven)
+    #expect(!CandidateDeadlock(edges: edges).canBeProven)
     let report = DeadlockReport.cycle(edges, proven: false, response: .abort)
     #expect(!report.stopsProcess)
     #expect(
@@ -89,15 +89,15 @@ struct WaitGraphTests {
     let first = try #require(
       WaitGraph(nodes: [node(1, waitsForAnyOf: [2]), sliced(4, 3)])
         .deadlock(through: ThreadID(rawValue: 1)))
-    let suspect = Suspect(edges: first)
+    let candidate = CandidateDeadlock(edges: first)
     // The slice under way when the deadlock was seen (4) timed out: not enough.
     let same = try #require(
       WaitGraph(nodes: [node(1, waitsForAnyOf: [2]), sliced(5, 4)])
         .deadlock(through: ThreadID(rawValue: 1)))
-    #expect(!suspect.isProven(by: same))
+    #expect(!candidate.isProven(by: same))
     let later = try #require(
       WaitGraph(nodes: [node(1, waitsForAnyOf: [2]), sliced(6, 5)])
         .deadlock(through: ThreadID(rawValue: 1)))
-    #expect(suspect.isProven(by: later))
+    #expect(candidate.isProven(by: later))
   }
 }

@@ -72,11 +72,13 @@ enum WaitTokens {
   }
 }
 
-/// Whether the flight attached to `token`, if any, has its stall timer running.
+/// Whether the gate attached to `token`, if any, has its stall timer running.
 private func stallTimerRuns(for token: borrowing MainOnceToken) -> Bool {
   let raw = token._word.word.load(ordering: .acquiring)
   return OnceCell.withLock { held in
-    Flight.attached(raw, holding: held)?.withMarks(holding: held) { marks, _ in marks.isTimed }
+    Gate.attached(raw, holding: held)?.withStallTracking(holding: held) { stallTracking, _ in
+      stallTracking.isTimed
+    }
       ?? false
   }
 }
@@ -223,7 +225,7 @@ struct WaitTests {
     #expect(called.value.load(ordering: .relaxed) == 0)
   }
 
-  @Test("a completion-form wait after a flight's timer has stopped gets a timer of its own")
+  @Test("a completion-form wait after a gate's timer has stopped gets a timer of its own")
   func completionFormWaitAfterTheTimerStopped() async {
     final class Captured: Sendable {}
     final class Watch: @unchecked Sendable {
@@ -233,7 +235,7 @@ struct WaitTests {
     }
     let watch = Watch()
     var holder: TokenHolder? = TokenHolder("timed twice")
-    // A completion-form caller starts the flight's stall timer; its attempt throws, and the
+    // A completion-form caller starts the gate's stall timer; its attempt throws, and the
     // timer stops at its next look, with no caller left.
     let failed = DispatchSemaphore(value: 0)
     onceOnMain(token: holder!.token, completionQueue: .global()) { () throws(InitializerFailed) in
@@ -282,7 +284,7 @@ struct WaitTests {
   private static func tokenFreedUnderTheEnginesLockInItsProcess() async throws {
     boundExitTest()
     releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAHolder) {
-      // A flight is attached to this token: a completion-form wait waits for it.
+      // A gate is attached to this token: a completion-form wait waits for it.
       let holder = TokenHolder("freed under the lock")
       holder.token.wait(completionQueue: .global()) {}
       return holder
@@ -462,7 +464,7 @@ struct WaitTests {
     Thread {
       guard waitUntilParked() else { exit(2) }
       // A fresh token every 10 ms, each run by the waiting main thread: wakes far more
-      // often than the grace and the stall timeout.
+      // often than the grace period and the stall timeout.
       for _ in 0..<500 {
         onceOnMain(token: TokenHolder("served").token) {}
         usleep(10_000)

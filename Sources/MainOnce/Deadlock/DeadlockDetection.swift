@@ -1,7 +1,7 @@
 // Deadlock detection: the wait-for graph, the proofs that stop a process, stalls and what the
 // thread in the way is doing. This room owns the public settings (this file), the detector, which
 // the engine knows only as the observer of its waits and a tracked wait calls once it outlived
-// its grace (`Detector.swift`), the graph (`WaitGraph.swift`), the findings
+// its grace period (`Detector.swift`), the graph (`WaitGraph.swift`), the findings
 // (`DeadlockReport+Findings.swift`), stalls and `/proc` samples (`Stall.swift`,
 // `ThreadSampler.swift`). It calls `Engine/` only to read it: the waits on
 // the board (`Engine/WaitBoard.swift`) and the views of a wait and of a stall subject
@@ -17,10 +17,10 @@ internal import Synchronization
 /// ``onceOnMain(token:file:line:_:)``, of a ``MainLazy``, of `onceOnMain(for:)` and
 /// `runOnce(for:)`, and the tracked waits (`DispatchSemaphore.wait(for:)`,
 /// `DispatchGroup.wait(for:)`, `DispatchQueue.trackedSync`, ``withTrackedWait(for:file:line:_:)``).
-/// Publishing is a store; a wait that ends within its grace (50 ms) runs none of the detector's
-/// code, and MainOnce keeps no thread of its own. A wait that outlives its grace looks, on its
-/// own thread, at the wait-for graph: at once, then every 25 ms while a deadlock is suspected,
-/// and otherwise at doubling intervals up to 400 ms:
+/// Publishing is a store; a wait that ends within its grace period (50 ms) runs none of the
+/// detector's code, and MainOnce keeps no thread of its own. A wait that outlives its grace period
+/// looks, on its own thread, at the wait-for graph: at once, then every 25 ms while a deadlock is
+/// suspected, and otherwise at doubling intervals up to 400 ms:
 ///
 /// - **A deadlock is stopped only on a structural proof**: every wait on it is one MainOnce
 ///   performs without a deadline, each blocker is known for certain and is the only thread
@@ -154,7 +154,7 @@ public enum DeadlockDetection {
   /// one second, or `MAINONCE_STALL` and `MAINONCE_STALL_TIMEOUT`.
   ///
   /// A new value applies to waits in progress within 100 ms (25 ms for a blocked caller; for a
-  /// wait younger than the grace, once it is 50 ms old).
+  /// wait younger than the grace period, once it is 50 ms old).
   public static var stalls: StallPolicy {
     get {
       StallPolicy(

@@ -1,7 +1,7 @@
 internal import _CMainOnceShims
 
-/// A look at a stalled subject: its callers, and what is in their way.
-struct Look {
+/// A check of a stalled subject: its callers, and what is in their way.
+struct StallCheck {
   /// What keeps the subject's callers waiting.
   enum InTheWay {
     /// An initializer runs on this thread.
@@ -56,17 +56,17 @@ struct Look {
   var callerCount: Int { callers.reduce(0) { $0 + $1.count } }
 
   /// Samples the thread in the way, outside the lock.
-  func sample() -> Finding {
+  func sample() -> ThreadSample {
     // Without introspection, the main thread is the one to look at.
     let thread = if case .unknown = inTheWay { ThreadID.mainThread } else { inTheWay.thread }
-    guard let thread else { return Finding(holder: nil, activity: .unknown, progress: nil) }
-    return Finding(
+    guard let thread else { return ThreadSample(holder: nil, activity: .unknown, progress: nil) }
+    return ThreadSample(
       holder: thread, activity: ThreadSampler.stableActivity(of: thread).activity,
       progress: ThreadSampler.progress(of: thread))
   }
 
-  /// The report of `finding`. `isStuck`: the thread in the way has not run since the last look.
-  func report(_ finding: Finding, isStuck: Bool, stops: Bool, note: String? = nil)
+  /// The report of `sample`. `isStuck`: the thread in the way has not run since the last look.
+  func report(_ sample: ThreadSample, isStuck: Bool, stops: Bool, note: String? = nil)
     -> DeadlockReport
   {
     let waited = formatDuration(now &- since)
@@ -82,14 +82,14 @@ struct Look {
       ]
       lines += callers.map { "  \(Self.describe($0))" }
     }
-    let (explanation, hint) = explain(finding, isStuck: isStuck)
+    let (explanation, hint) = explain(sample, isStuck: isStuck)
     lines += (explanation + notes + [note].compactMap { $0 }).map { "  " + $0 }
     lines.append("  the stall timeout is \(formatDuration(timeout))")
     lines.append("hint: " + hint)
     return DeadlockReport(
       kind: .stall, text: lines.joined(separator: "\n"), stopsProcess: stops && isStuck,
       // The blocked callers, then the thread in the way.
-      threads: (callers.flatMap(\.threads) + [finding.holder].compactMap { $0 }).namedOnce,
+      threads: (callers.flatMap(\.threads) + [sample.holder].compactMap { $0 }).namedOnce,
       label: "\(label)")
   }
 
@@ -103,8 +103,8 @@ struct Look {
   }
 
   /// What is in the way, and a hint.
-  private func explain(_ finding: Finding, isStuck: Bool) -> ([String], String) {
-    let state = ThreadActivity(activity: finding.activity)
+  private func explain(_ sample: ThreadSample, isStuck: Bool) -> ([String], String) {
+    let state = ThreadActivity(activity: sample.activity)
     let stuck = isStuck ? ["it has not run at all in the last \(formatDuration(timeout))"] : []
     let trackedWaitHint =
       "if it waits for one of these callers, make that wait a tracked wait, such as"
@@ -159,7 +159,7 @@ struct Look {
           + " never block"
       )
     case .unknown:
-      guard finding.activity == .suspended else {
+      guard sample.activity == .suspended else {
         return explainHolder(ThreadID.mainThread, state: state, stuck: stuck, hint: trackedWaitHint)
       }
       return (
@@ -257,7 +257,7 @@ private enum MainLoop: String {
   case driver = "served by MainQueueDriver"
 }
 
-extension Look {
+extension StallCheck {
   /// What to do about a main thread that does not serve the main queue. In a test the main
   /// thread is the test runner's: it serves the main queue while a test waits the test
   /// framework's way.
@@ -283,7 +283,7 @@ extension Look {
 }
 
 /// What a look read about the thread in a subject's way.
-struct Finding {
+struct ThreadSample {
   let holder: ThreadID?
   let activity: ThreadActivity.Activity
   let progress: ThreadProgress?
@@ -296,13 +296,13 @@ struct Finding {
   }
 }
 
-extension Look {
+extension StallCheck {
   /// What a look at `subject`, whose callers are `snapshot`, needs to know, read now.
   init(
     at subject: any StallSubject, _ snapshot: StallSnapshot, now: UInt64, since: UInt64,
     timeout: UInt64
   ) {
-    var callers: [Look.Callers] = []
+    var callers: [StallCheck.Callers] = []
     var oldest: StallSnapshot.Caller?
     for caller in snapshot.callers {
       if oldest == nil || caller.since < oldest!.since { oldest = caller }
@@ -327,7 +327,7 @@ extension Look {
         return (wait.thread, wait.holdsMainQueue, "\(wait.waitsFor) in \(wait.call)")
       }
     }
-    let inTheWay: Look.InTheWay
+    let inTheWay: StallCheck.InTheWay
     switch snapshot.obstacle {
     case .runner(let thread, let since): inTheWay = .runner(thread, since: since)
     case .builder(let since): inTheWay = .builder(since: since)
@@ -354,7 +354,7 @@ extension Look {
 /// timeout apart, report it again only when the thread in the way has not run at all since the
 /// look before, which stops the process under the stall response `abort`. The timeout is read at
 /// every look, so a new one applies to waits in progress.
-struct StallLook {
+struct StallWatch {
   private var reportedAt: UInt64?
   private var baseline: StallBaseline?
   private var isOver = false
@@ -374,20 +374,20 @@ struct StallLook {
     else { return }
     let since = min(oldest, now)
     guard now &- (reportedAt ?? since) >= timeout else { return }
-    let look = Look(at: subject, snapshot, now: now, since: since, timeout: timeout)
-    let finding = look.sample()
+    let check = StallCheck(at: subject, snapshot, now: now, since: since, timeout: timeout)
+    let sample = check.sample()
     guard reportedAt != nil else {
       guard subject.claimStallReport(waitingSince: since) else { return isOver = true }
       self.reportedAt = now
-      baseline = finding.baseline
-      return look.report(finding, isStuck: false, stops: false).deliver(at: look.site ?? site)
+      baseline = sample.baseline
+      return check.report(sample, isStuck: false, stops: false).deliver(at: check.site ?? site)
     }
     let isStuck =
-      finding.activity == .blockedOnLock && finding.baseline != nil && finding.baseline == baseline
+      sample.activity == .blockedOnLock && sample.baseline != nil && sample.baseline == baseline
     self.reportedAt = now
-    baseline = finding.baseline
+    baseline = sample.baseline
     // Where a thread is in the way but how much it ran cannot be read, abort cannot decide.
-    let isUnreadable = finding.holder != nil && finding.progress == nil
+    let isUnreadable = sample.holder != nil && sample.progress == nil
     guard isStuck || (settings.stallResponse == .abort && isUnreadable) else { return }
     isOver = true
     let note =
@@ -395,9 +395,9 @@ struct StallLook {
       ? nil
       : "MainOnce cannot read /proc/self/task, so it cannot tell a stuck thread from a slow"
         + " one: it does not stop the process"
-    look.report(
-      finding, isStuck: isStuck, stops: settings.stallResponse == .abort && isStuck, note: note
-    ).deliver(at: look.site ?? site, patience: settings.handlerPatience)
+    check.report(
+      sample, isStuck: isStuck, stops: settings.stallResponse == .abort && isStuck, note: note
+    ).deliver(at: check.site ?? site, patience: settings.handlerPatience)
   }
 }
 

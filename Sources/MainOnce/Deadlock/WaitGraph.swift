@@ -106,7 +106,7 @@ struct WaitGraph {
 
 /// A deadlock found at one reading, waiting for its evidence: the same waits, blocked the same
 /// way, at a later reading, and every sliced wait through a slice that began after this one.
-struct Suspect {
+struct CandidateDeadlock {
   let edges: [WaitGraph.Node]
 
   /// Whether `later` shows the same deadlock: the same waits, each blocked the same way.

@@ -1,7 +1,7 @@
 // The state of an `AsyncMainLazy` while a build is in flight, and its lock: what the table of
 // `AsyncBuildMachine.swift` decides is kept here, under `AsyncBuild.lock`, and performed by
 // `AsyncMainLazy.swift`. A build is a stall subject of the engine's: the engine's timer watches
-// its callers (`Flight+Watching.swift`), and the observer hears of the end of a stall it reported.
+// its callers (`Gate+Watching.swift`), and the observer hears of the end of a stall it reported.
 
 /// One build of an ``AsyncMainLazy``, and the callers waiting for it.
 final class AsyncBuild: @unchecked Sendable {
@@ -15,19 +15,19 @@ final class AsyncBuild: @unchecked Sendable {
 
   /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
   /// only borrows it, so no code outside the lock's scope can have one.
-  struct Held: ~Copyable {
+  struct LockHeld: ~Copyable {
     fileprivate init() {}
   }
 
   /// Runs `body` holding the lock that guards every build.
   static func withLock<Result, Failure: Error>(
-    _ body: (borrowing Held) throws(Failure) -> Result
+    _ body: (borrowing LockHeld) throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+    try lock.withLock { () throws(Failure) -> Result in try body(LockHeld()) }
   }
 
   /// A lazy value's state machine (the table of `AsyncBuildMachine.swift`), and its build in
-  /// flight, if any: reachable only with the lock's proof.
+  /// gate, if any: reachable only with the lock's proof.
   final class Slot: @unchecked Sendable {
     // This is safe because its one field, `state`, is reachable only with the lock's proof
     // (``withState(holding:_:)``, a `Guarded`).
@@ -37,10 +37,11 @@ final class AsyncBuild: @unchecked Sendable {
       var build: AsyncBuild?
     }
 
-    private var state = Guarded<State, Held>(State())
+    private var state = Guarded<State, LockHeld>(State())
 
     /// Reads or changes the slot's state, holding the lock.
-    func withState<Result>(holding held: borrowing Held, _ body: (inout State) -> Result) -> Result
+    func withState<Result>(holding held: borrowing LockHeld, _ body: (inout State) -> Result)
+      -> Result
     {
       state.modify(held, body)
     }
@@ -95,7 +96,7 @@ final class AsyncBuild: @unchecked Sendable {
     /// and the child tasks it must wait for do (see ``Executor``).
     let prefersBuildExecutor: Bool
     /// Whether the caller's task was cancelled before it arrived: its arrival answers it then.
-    private var isCancelled = Guarded<Bool, Held>(false)
+    private var isCancelled = Guarded<Bool, LockHeld>(false)
     private var continuation: UnsafeContinuation<Outcome, Never>?
     /// The caller queued behind this one (see ``CallerQueue``).
     var link = QueueLink<Caller>()
@@ -115,7 +116,7 @@ final class AsyncBuild: @unchecked Sendable {
     /// Whether the caller is part of `build` that the build must wait for: the build's own task
     /// (whatever executor it prefers now), or a child task of it. Such a caller can never be
     /// answered.
-    func awaitsItsOwnBuild(_ build: AsyncBuild, holding held: borrowing Held) -> Bool {
+    func awaitsItsOwnBuild(_ build: AsyncBuild, holding held: borrowing LockHeld) -> Bool {
       guard insideBuild === build else { return false }
       return prefersBuildExecutor || build.isCurrentTask(holding: held)
     }
@@ -127,12 +128,12 @@ final class AsyncBuild: @unchecked Sendable {
     }
 
     /// Records that the caller's task was cancelled before it arrived, holding the lock.
-    func noteCancelled(holding held: borrowing Held) { isCancelled.modify(held) { $0 = true } }
+    func noteCancelled(holding held: borrowing LockHeld) { isCancelled.modify(held) { $0 = true } }
 
     /// Records the caller's continuation, holding the lock, before it joins a machine; returns
     /// whether its task was cancelled before.
     func suspend(
-      with continuation: UnsafeContinuation<Outcome, Never>, holding held: borrowing Held
+      with continuation: UnsafeContinuation<Outcome, Never>, holding held: borrowing LockHeld
     ) -> Bool {
       self.continuation = continuation
       return isCancelled.read(held)
@@ -172,10 +173,12 @@ final class AsyncBuild: @unchecked Sendable {
     var isTimed = false
   }
 
-  private var state = Guarded<State, Held>(State())
+  private var state = Guarded<State, LockHeld>(State())
 
   /// Reads or changes the build's state, holding the lock.
-  func withState<Result>(holding held: borrowing Held, _ body: (inout State) -> Result) -> Result {
+  func withState<Result>(holding held: borrowing LockHeld, _ body: (inout State) -> Result)
+    -> Result
+  {
     state.modify(held, body)
   }
 
@@ -186,7 +189,7 @@ final class AsyncBuild: @unchecked Sendable {
   }
 
   /// The callers waiting for this build: none once it is over.
-  func callers(holding held: borrowing Held) -> [Caller] {
+  func callers(holding held: borrowing LockHeld) -> [Caller] {
     guard !state.read(held).isOver else { return [] }
     return slot.withState(holding: held) { Array($0.machine.callers) }
   }
@@ -197,7 +200,7 @@ final class AsyncBuild: @unchecked Sendable {
   }
 
   /// Whether the calling task is the build's own task.
-  func isCurrentTask(holding held: borrowing Held) -> Bool {
+  func isCurrentTask(holding held: borrowing LockHeld) -> Bool {
     guard let task = state.read(held).task else { return false }
     return withUnsafeCurrentTask { $0 == task }
   }

@@ -144,7 +144,7 @@ struct AsyncBuildEffects<Callers: CallerBatch> {
 
   /// Performs the effects that belong under the lock.
   func performUnderLock<Shell: AsyncBuildShell>(
-    in shell: inout Shell, holding held: borrowing AsyncBuild.Held
+    in shell: inout Shell, holding held: borrowing AsyncBuild.LockHeld
   ) where Shell.Callers == Callers {
     if let publishes { shell.publish(publishes, holding: held) }
   }
@@ -167,7 +167,7 @@ protocol AsyncBuildShell {
 
   /// Stores the built value's address in the word, with a releasing store, and takes the
   /// builder out, to let go of after the lock.
-  mutating func publish(_ value: UInt, holding held: borrowing AsyncBuild.Held)
+  mutating func publish(_ value: UInt, holding held: borrowing AsyncBuild.LockHeld)
   /// Lets go of the builder taken out by ``publish(_:holding:)``.
   mutating func letGoOfBuilder()
   /// Starts the build's task.

@@ -1,7 +1,7 @@
 // The read-only view of a wait that the engine offers whoever watches waits (the deadlock
 // detector): what a blocked thread waits for (`BlockingWait`), and what the callers of an
 // initializer wait for (`StallSubject`). The engine's own waits implement it
-// (`Flight+Watching.swift`), and so do those of the rooms above it that publish waits on the
+// (`Gate+Watching.swift`), and so do those of the rooms above it that publish waits on the
 // `WaitBoard` (a `runOnce(for:)` caller, the tracked waits).
 
 /// A wait as a watcher sees it: published by its thread on the `WaitBoard` while it blocks, and
@@ -68,7 +68,7 @@ enum Blockers: Equatable {
   case anyOf([ThreadID], reason: String)
 }
 
-/// What callers wait for, as a stall report describes it: a main-queue flight or an
+/// What callers wait for, as a stall report describes it: a main-queue gate or an
 /// `AsyncMainLazy` build.
 protocol StallSubject: AnyObject, Sendable {
   var label: CellLabel { get }

@@ -1,13 +1,13 @@
 internal import Synchronization
 
 // The engine's timer for callers that do not block (tasks, completion handlers): started by the
-// first such caller of a flight or an `AsyncMainLazy` build, it keeps the subject's bookkeeping
-// at each look (a flight whose token was freed lets go of the completion handlers nothing can
+// first such caller of a gate or an `AsyncMainLazy` build, it keeps the subject's bookkeeping
+// at each look (a gate whose token was freed lets go of the completion handlers nothing can
 // answer any more) and tells the observer (`WaitObserver.swift`) about callers that outlived
-// their grace. It runs whether or not an observer is installed, and stops at the first look that
-// finds no caller.
+// their grace period. It runs whether or not an observer is installed, and stops at the first look
+// that finds no caller.
 
-/// A subject whose callers that do not block the engine's timer watches: a main-queue flight,
+/// A subject whose callers that do not block the engine's timer watches: a main-queue gate,
 /// an `AsyncMainLazy` build.
 protocol TimedSubject: StallSubject {
   /// ``StallSubject/stallSnapshot()`` at a look of the subject's timer, where the subject keeps
@@ -18,15 +18,15 @@ protocol TimedSubject: StallSubject {
 extension TimedSubject {
   /// Starts the timer that watches the subject for its callers that do not block (tasks,
   /// completion handlers); the first such caller starts it. It looks at the subject
-  /// (``timerLook()``) a grace (`WaitBoard.grace`) later, then every
+  /// (``timerLook()``) a grace period (`WaitBoard.gracePeriod`) later, then every
   /// `MainQueueEngine.timerInterval`, until a look finds no caller: at its first look that finds
-  /// some, it tells the observer that they outlived their grace, and at each later one it calls
-  /// what the observer returned.
+  /// some, it tells the observer that they outlived their grace period, and at each later one it
+  /// calls what the observer returned.
   func startStallTimer() {
     #if DEBUG || MAINONCE_INSTRUMENTATION
       EngineCounters.noteSubject(self)
     #endif
-    timerFires(after: WaitBoard.grace, then: nil)
+    timerFires(after: WaitBoard.gracePeriod, then: nil)
   }
 
   private func timerFires(after delay: UInt64, then look: (@Sendable () -> Void)?) {
@@ -34,23 +34,23 @@ extension TimedSubject {
       guard self.timerLook().map({ !$0.callers.isEmpty }) == true else { return }
       if let look { look() }
       let next =
-        look ?? MainQueueEngine.observer?.callersOutlivedGrace(of: self) ?? { @Sendable in }
+        look ?? MainQueueEngine.observer?.callersOutlivedGracePeriod(of: self) ?? { @Sendable in }
       self.timerFires(after: MainQueueEngine.timerInterval, then: next)
     }
   }
 }
 
-extension Flight: TimedSubject {
-  /// The stall snapshot, at a look of the flight's timer, which also keeps the flight's
+extension Gate: TimedSubject {
+  /// The stall snapshot, at a look of the gate's timer, which also keeps the gate's
   /// bookkeeping: once its token is freed, it lets go of the completion-form waits nothing can
   /// answer any more (ending a stall reported about them), and once no caller is left it
   /// forgets its timer, which stops, so that the next caller that does not block starts one.
   func timerLook() -> StallSnapshot? {
-    MainQueueEngine.transition { held -> (StallSnapshot?, Flight?, FlightEffects<WaiterQueue>) in
+    MainQueueEngine.transition { held -> (StallSnapshot?, Gate?, GateEffects<WaiterQueue>) in
       let effects = strandedWaits(holding: held)
       let seen = snapshot(holding: held)
       if seen?.callers.isEmpty ?? true {
-        withMarks(holding: held) { marks, _ in marks.isTimed = false }
+        withStallTracking(holding: held) { stallTracking, _ in stallTracking.isTimed = false }
       }
       return (seen, self, effects)
     }

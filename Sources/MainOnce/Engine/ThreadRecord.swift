@@ -13,7 +13,7 @@ internal import _CMainOnceShims
 /// What MainOnce keeps about one thread, made the first time the thread takes a slow path.
 final class ThreadRecord: @unchecked Sendable {
   // This is safe because `id` and `isMainThread` never change, and `mainContextDepth`,
-  // `innermostInPlaceRun`, `spareParking`, `spareWaiters`, `objectCellCache` and `trackedWaits`
+  // `innermostInPlaceRun`, `spareParker`, `spareWaiters`, `objectCellCache` and `trackedWaits`
   // (each made once; the objects they hold say why they may be shared) are only read and
   // written by the thread this record belongs to; that also makes their accesses exclusive, so
   // they skip the dynamic check. The published wait and its count are atomics.
@@ -26,10 +26,10 @@ final class ThreadRecord: @unchecked Sendable {
   /// so a non-zero depth proves main context where libdispatch's queue state cannot be read.
   // This is safe because only the thread this record belongs to reads and writes it.
   @exclusivity(unchecked) var mainContextDepth = 0
-  /// A parking to reuse for the next blocking wait, so that a wait allocates no semaphore.
+  /// A parker to reuse for the next blocking wait, so that a wait allocates no semaphore.
   // This is safe because only the thread this record belongs to reads and writes it.
-  @exclusivity(unchecked) private var spareParking: Parking? = Parking()
-  /// The innermost once-cell whose attempt this thread runs in place, without a flight, linked
+  @exclusivity(unchecked) private var spareParker: Parker? = Parker()
+  /// The innermost once-cell whose attempt this thread runs in place, without a gate, linked
   /// to the runs it is nested in: a re-entrant call names the call that runs it. Each run lives
   /// on this thread's stack, in ``MainQueueEngine``'s `runInPlace`, which links it here for as
   /// long as it runs and unlinks it before it returns: no allocation, no array to grow.
@@ -55,11 +55,11 @@ final class ThreadRecord: @unchecked Sendable {
   @exclusivity(unchecked) private var spareWaiters: (Waiter?, Waiter?)
 
   /// A caller record for a blocking once-cell call of this thread: one that an earlier call
-  /// used, if nothing else refers to it any more (no flight, queue, wait board or deadlock
+  /// used, if nothing else refers to it any more (no gate, queue, wait board or deadlock
   /// report), so that blocking calls allocate none after a thread's first two; otherwise a new
   /// one, which replaces the older spare. Two, because the thread that resolved the last call
   /// may still hold it for a moment after waking this one; a call nested in a wait of this
-  /// thread finds its outer call's record held by a flight, and takes the other.
+  /// thread finds its outer call's record held by a gate, and takes the other.
   func takeWaiter(
     site: CallSite, label: CellLabel, kind: Waiter.Kind, attempt: @escaping Attempt,
     storage: UnsafePointer<_OnceWord>
@@ -78,15 +78,15 @@ final class ThreadRecord: @unchecked Sendable {
     return waiter
   }
 
-  /// A parking for one blocking wait; give it back with ``returnParking(_:)``. A wait nested in
+  /// A parker for one blocking wait; give it back with ``returnParker(_:)``. A wait nested in
   /// another wait of this thread gets a fresh one.
-  func takeParking() -> Parking {
-    defer { spareParking = nil }
-    return spareParking ?? Parking()
+  func takeParker() -> Parker {
+    defer { spareParker = nil }
+    return spareParker ?? Parker()
   }
 
-  func returnParking(_ parking: Parking) {
-    spareParking = parking
+  func returnParker(_ parker: Parker) {
+    spareParker = parker
   }
 
   deinit {
@@ -192,8 +192,8 @@ struct InPlaceRun {
   let outer: UnsafePointer<InPlaceRun>?
 }
 
-/// Where a blocked caller sleeps until it is resolved: a single-token parking, as Rust's
-/// thread parker. Each thread keeps one to reuse (see ``ThreadRecord/takeParking()``).
+/// Where a blocked caller sleeps until it is resolved: a single-token parker, as Rust's
+/// thread parker. Each thread keeps one to reuse (see ``ThreadRecord/takeParker()``).
 ///
 /// ``unpark()`` leaves one token (several unparks leave one); ``park(until:)`` takes the token,
 /// or sleeps until one comes or the deadline passes. Every wait is resolved by exactly one
@@ -202,7 +202,7 @@ struct InPlaceRun {
 ///
 /// States: 1 a token is there, 0 none, -1 the owner sleeps (or is about to) in the semaphore.
 /// Only an unpark that finds -1 signals the semaphore, and the owner takes every such signal.
-final class Parking: Sendable {
+final class Parker: Sendable {
   private let state = Atomic<Int>(0)
   private let semaphore = DispatchSemaphore(value: 0)
 

@@ -9,7 +9,8 @@ internal import _CMainOnceShims
 /// Publishing is a store: the waiting thread puts the address of its wait object (kept alive by
 /// its own frame) in its ``ThreadRecord/publishedWait`` and bumps its publication count.
 /// Nothing else happens on the waiting path; the observer hears of a wait only once it has
-/// outlived its grace (see `WaitObserver`). Only the thread itself writes its slot and count.
+/// outlived its grace period (see `WaitObserver`). Only the thread itself writes its slot and
+/// count.
 ///
 /// Reading another thread's slot is safe because of a two-sided handshake. A reader announces
 /// itself in ``readers``, then takes ``lock`` and, inside it, loads the slots and reads the
@@ -55,7 +56,8 @@ internal import _CMainOnceShims
 ///   consistent store; the same wait, so the count stays). It frees nothing, so it is safe for
 ///   readers in the middle of a read; its withdrawal is then sequentially consistent, sound for
 ///   them too. A blocked once-cell caller and a semaphore or group wait do it at every slice of
-///   the detector's watch of a wait that outlived its grace, and every reader at its read: after a failure, they are seen again within
+///   the detector's watch of a wait that outlived its grace period, and every reader at its read:
+/// after a failure, they are seen again within
 ///   a slice. A `trackedSync` blocked in `sync` and a `withTrackedWait` cannot look again:
 ///   published before the switch, they are missed until they end, and a deadlock closed
 ///   through them goes unseen meanwhile.
@@ -166,5 +168,5 @@ enum WaitBoard {
   /// How long a blocking wait lasts before the observer hears of it (`WaitObserver`), and so
   /// before the deadlock detector looks: a wait that ends sooner runs none of the detector's
   /// code.
-  static let grace: UInt64 = 50_000_000
+  static let gracePeriod: UInt64 = 50_000_000
 }

@@ -47,7 +47,7 @@ internal import Synchronization
       set { ObjectLifetimes.usesWeakLoads = newValue }
     }
 
-    /// The subjects callers wait for now: every flight and `AsyncMainLazy` build that callers
+    /// The subjects callers wait for now: every gate and `AsyncMainLazy` build that callers
     /// which do not block have waited for (registered, weakly, when the first such caller starts
     /// its subject's timer, in a test runner only), and those of blocked callers: a probe of the
     /// engine for tests that need to see queued callers.

@@ -28,21 +28,21 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
     typealias Turn = RunOnceTurn
     let thread: ThreadID
     let site: CallSite
-    let parking: Parking
+    let parker: Parker
     let cell: RunOnceCell
     private var turn: Turn?
     var link = QueueLink<Waiter>()
     let isResolved = Atomic(false)
 
-    init(thread: ThreadID, site: CallSite, parking: Parking, cell: RunOnceCell) {
+    init(thread: ThreadID, site: CallSite, parker: Parker, cell: RunOnceCell) {
       self.thread = thread
       self.site = site
-      self.parking = parking
+      self.parker = parker
       self.cell = cell
     }
 
     /// Tells the caller its turn, holding the lock: from here on it is answered.
-    func tell(_ turn: Turn, holding _: borrowing Held) {
+    func tell(_ turn: Turn, holding _: borrowing LockHeld) {
       self.turn = turn
       isResolved.store(true, ordering: .releasing)
     }
@@ -57,7 +57,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// A run in progress: its machine (the thread running a body, and the callers waiting).
   final class Run {
-    private var machine: Guarded<RunOnceMachine<WaiterQueue, ThreadID>, Held>
+    private var machine: Guarded<RunOnceMachine<WaiterQueue, ThreadID>, LockHeld>
     /// Bumped whenever the runner changes, for the deadlock detector.
     let epoch = Atomic<UInt>(0)
 
@@ -67,7 +67,8 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
     /// Reads or changes the run's machine, holding the lock.
     func withMachine<Result>(
-      holding held: borrowing Held, _ body: (inout RunOnceMachine<WaiterQueue, ThreadID>) -> Result
+      holding held: borrowing LockHeld,
+      _ body: (inout RunOnceMachine<WaiterQueue, ThreadID>) -> Result
     ) -> Result {
       machine.modify(held, body)
     }
@@ -79,19 +80,19 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// What proves that the caller holds ``lock``: only ``withLock(_:)`` makes one, and its body
   /// only borrows it.
-  struct Held: ~Copyable {
+  struct LockHeld: ~Copyable {
     fileprivate init() {}
   }
 
   /// Runs `body` holding the lock that guards every `runOnce(for:)` run.
   static func withLock<Result, Failure: Error>(
-    _ body: (borrowing Held) throws(Failure) -> Result
+    _ body: (borrowing LockHeld) throws(Failure) -> Result
   ) throws(Failure) -> Result {
-    try lock.withLock { () throws(Failure) -> Result in try body(Held()) }
+    try lock.withLock { () throws(Failure) -> Result in try body(LockHeld()) }
   }
 
   /// The run in progress, if any.
-  private var current = Guarded<Run?, Held>(nil)
+  private var current = Guarded<Run?, LockHeld>(nil)
   let objectType: TypeName
 
   override init(object: AnyObject, key: ObjectCells.Key) {
@@ -102,7 +103,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   var label: CellLabel { .object(objectType: objectType, site: site, operation: "runOnce(for:)") }
 
   /// The run in progress, if any, holding the lock.
-  func withRun<Result>(holding held: borrowing Held, _ body: (inout Run?) -> Result) -> Result {
+  func withRun<Result>(holding held: borrowing LockHeld, _ body: (inout Run?) -> Result) -> Result {
     current.modify(held, body)
   }
 
@@ -117,15 +118,15 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
   func run<Failure: Error>(site: CallSite, _ body: () throws(Failure) -> Void) throws(Failure) {
     if word.isPublished { return }
     let thread = ThreadRecord.current(at: site)
-    let parking = thread.takeParking()
-    defer { thread.returnParking(parking) }
+    let parker = thread.takeParker()
+    defer { thread.returnParker(parker) }
     var step = Self.withLock { held -> Step in
       if word.isPublished { return .done }
       guard let run = current.read(held) else {
         current.modify(held) { $0 = Run(runner: thread.id) }
         return .run
       }
-      let waiter = Waiter(thread: thread.id, site: site, parking: parking, cell: self)
+      let waiter = Waiter(thread: thread.id, site: site, parker: parker, cell: self)
       switch run.withMachine(holding: held, { $0.arrive(waiter, on: thread.id) }) {
       case .reentrant: return .reentrant
       case .wait: return .park(waiter)
@@ -138,7 +139,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
       case .reentrant:
         Diagnostics.reentrance(label, firstCall: self.site, secondCall: site)
       case .park(let waiter):
-        MainQueueEngine.park(waiter, on: thread, parking: parking)
+        MainQueueEngine.park(waiter, on: thread, parker: parker)
         guard case .yours = waiter.answeredTurn! else { return }
         step = .run
       case .run:
@@ -159,7 +160,7 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 
   /// Makes one transition of the run in progress under the lock, and performs its effects
   /// there and after the lock (see `RunOnceMachine.swift`), with this cell as their place.
-  private func transition(_ body: (Run, borrowing Held) -> RunOnceEffects<WaiterQueue>) {
+  private func transition(_ body: (Run, borrowing LockHeld) -> RunOnceEffects<WaiterQueue>) {
     var shell = self
     let effects = Self.withLock { held in
       let effects = body(current.read(held)!, held)
@@ -175,15 +176,15 @@ final class RunOnceCell: ObjectCell, @unchecked Sendable {
 extension RunOnceCell: RunOnceShell {
   typealias Callers = WaiterQueue
 
-  func publish(holding _: borrowing Held) { word.word.store(0, ordering: .releasing) }
+  func publish(holding _: borrowing LockHeld) { word.word.store(0, ordering: .releasing) }
 
-  func record(_ turn: RunOnceTurn, of waiter: Waiter, holding held: borrowing Held) {
+  func record(_ turn: RunOnceTurn, of waiter: Waiter, holding held: borrowing LockHeld) {
     waiter.tell(turn, holding: held)
   }
 
-  func endRun(holding held: borrowing Held) { current.modify(held) { $0 = nil } }
+  func endRun(holding held: borrowing LockHeld) { current.modify(held) { $0 = nil } }
 
-  func unpark(_ waiter: Waiter) { waiter.parking.unpark() }
+  func unpark(_ waiter: Waiter) { waiter.parker.unpark() }
 }
 
 extension RunOnceCell.Waiter: BlockingWait {

@@ -114,7 +114,7 @@ struct RunOnceEffects<Callers: CallerBatch> {
 
   /// Performs the effects that belong under the lock, in the order of the table above.
   func performUnderLock<Shell: RunOnceShell>(
-    in shell: inout Shell, holding held: borrowing RunOnceCell.Held
+    in shell: inout Shell, holding held: borrowing RunOnceCell.LockHeld
   ) where Shell.Callers == Callers {
     if publishes { shell.publish(holding: held) }
     for caller in answered { shell.record(turn, of: caller, holding: held) }
@@ -134,12 +134,12 @@ protocol RunOnceShell {
   associatedtype Callers: CallerBatch
 
   /// Stores the done word, with a releasing store.
-  mutating func publish(holding held: borrowing RunOnceCell.Held)
+  mutating func publish(holding held: borrowing RunOnceCell.LockHeld)
   /// Records what `caller` is told: from here on it is answered.
   mutating func record(
-    _ turn: RunOnceTurn, of caller: Callers.Element, holding held: borrowing RunOnceCell.Held)
+    _ turn: RunOnceTurn, of caller: Callers.Element, holding held: borrowing RunOnceCell.LockHeld)
   /// Drops the run.
-  mutating func endRun(holding held: borrowing RunOnceCell.Held)
+  mutating func endRun(holding held: borrowing RunOnceCell.LockHeld)
   /// Wakes the parked caller.
   mutating func unpark(_ caller: Callers.Element)
 }

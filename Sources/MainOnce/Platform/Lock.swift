@@ -91,7 +91,7 @@ final class Locked<State> {
 extension Locked: @unchecked Sendable where State: Sendable {}
 
 /// State reachable only inside the scope of the lock that guards it: swift-nio's
-/// `NIOLockedValueBox`, for a lock that guards many such values at once (every flight's, every
+/// `NIOLockedValueBox`, for a lock that guards many such values at once (every gate's, every
 /// build's), and so is taken once, outside them. The value is reached only with the lock's
 /// proof, `Proof`: a noncopyable value that only that lock's `withLock` makes, and only lends to
 /// its body, so no code outside the lock's scope can have one. Without it there is no way to the
@@ -127,7 +127,7 @@ enum LockRank: UInt32, CaseIterable {
   case waitBoard
   /// ``ObjectCells``'s table of per-object cells.
   case objectCells
-  /// ``OnceCell/lock``: every main-queue flight.
+  /// ``OnceCell/lock``: every main-queue gate.
   case onceCell
   /// ``RunOnceCell/lock``: every `runOnce(for:)` run.
   case runOnceCell

@@ -3,8 +3,8 @@
 // for (`WaitTarget.swift`). It calls `Engine/` (it publishes its waits on the board and shows
 // them through the engine's view of a wait, keeps a spare wait in a thread's record, and has the
 // engine run queued attempts while a wait in main context serves them), `Deadlock/` (a wait that
-// outlived its grace is watched by the detector, which a `trackedSync` also asks before it blocks
-// where the queue's owner waits already; the `service` policy is the detector's setting),
+// outlived its grace period is watched by the detector, which a `trackedSync` also asks before it
+// blocks where the queue's owner waits already; the `service` policy is the detector's setting),
 // `Platform/` and `Reporting/`.
 public import Dispatch
 internal import Synchronization
@@ -17,7 +17,7 @@ internal import Synchronization
 /// wait may never end. MainOnce cannot see inside `wait`: it may compute, sleep for another
 /// reason, or return. So such a cycle is **reported, never stopped**: the other threads on it
 /// report it ("MainOnce: possible deadlock", one line per wait) once their own waits have
-/// outlived their grace, and waiting goes on. Use `DispatchSemaphore.wait(for:)` or
+/// outlived their grace period, and waiting goes on. Use `DispatchSemaphore.wait(for:)` or
 /// `DispatchGroup.wait(for:)` where you can: a cycle through them is proven and stopped.
 ///
 /// ```swift
@@ -33,7 +33,8 @@ internal import Synchronization
 /// ```
 ///
 /// Publishing the wait costs a few stores; nothing else runs unless another wait outlives its
-/// grace. MainOnce cannot interrupt `wait`: under the `service` policy it serves no initializer.
+/// grace period. MainOnce cannot interrupt `wait`: under the `service` policy it serves no
+/// initializer.
 ///
 /// - Parameters:
 ///   - target: Whom the wait depends on.
@@ -61,8 +62,8 @@ extension DispatchSemaphore {
   ///
   /// A semaphore that is signalled already returns at once: one `dispatch_semaphore_wait` with
   /// a past deadline, no clock read, nothing recorded. A wait that lasts longer than MainOnce's
-  /// grace (50 ms) is published and waits in slices of 25 ms, so that the deadlock detector can
-  /// prove it blocked: a cycle through it (the main queue waiting for `target` while `target`
+  /// grace period (50 ms) is published and waits in slices of 25 ms, so that the deadlock detector
+  /// can prove it blocked: a cycle through it (the main queue waiting for `target` while `target`
   /// waits for the main queue, say) stops the process with a report, within about 100 ms of
   /// forming. Under the `service` policy, main-queue code runs the initializers queued for the
   /// main queue while it waits.
@@ -192,19 +193,21 @@ extension TrackableWait {
   }
 }
 
-/// The slow path of a tracked semaphore or group wait: unpublished for the grace, then
+/// The slow path of a tracked semaphore or group wait: unpublished for the grace period, then
 /// published and waiting in slices that the deadlock detector watches.
 func trackedWait(
   _ waitable: some TrackableWait, for target: WaitTarget, deadline: DispatchTime?,
   operation: StaticString, site: CallSite
 ) -> DispatchTimeoutResult {
   let thread = ThreadRecord.current
-  let serves = Servicing.applies(on: thread)
-  let graceEnd = DispatchTime.now() + .nanoseconds(Int(WaitBoard.grace))
-  if waitable.wait(until: min(graceEnd, deadline ?? graceEnd), serving: serves, on: thread) {
+  let serves = ServicePolicy.applies(on: thread)
+  let gracePeriodEnd = DispatchTime.now() + .nanoseconds(Int(WaitBoard.gracePeriod))
+  if waitable.wait(
+    until: min(gracePeriodEnd, deadline ?? gracePeriodEnd), serving: serves, on: thread)
+  {
     return .success
   }
-  if let deadline, deadline <= graceEnd { return .timedOut }
+  if let deadline, deadline <= gracePeriodEnd { return .timedOut }
   return withUnsafePointer(to: target) { target in
     watchedWait(
       waitable, for: target, deadline: deadline, operation: operation, site: site, on: thread,
@@ -212,7 +215,7 @@ func trackedWait(
   }
 }
 
-/// The rest of ``trackedWait(_:for:deadline:operation:site:)``, once the grace is over: the
+/// The rest of ``trackedWait(_:for:deadline:operation:site:)``, once the grace period is over: the
 /// wait published, in slices the deadlock detector watches.
 private func watchedWait(
   _ waitable: some TrackableWait, for target: UnsafePointer<WaitTarget>, deadline: DispatchTime?,
@@ -226,7 +229,7 @@ private func watchedWait(
   defer { scope.end() }
   let record = scope.record.takeUnretainedValue()
   var result = DispatchTimeoutResult.timedOut
-  Detector.waitOutlivedGrace(record) { sliceEnd in
+  Detector.waitOutlivedGracePeriod(record) { sliceEnd in
     let end = deadline.map { min($0, sliceEnd) } ?? sliceEnd
     let number = record.startedSlices.load(ordering: .relaxed) &+ 1
     record.startedSlices.store(number, ordering: .sequentiallyConsistent)
@@ -277,7 +280,7 @@ extension DispatchQueue {
 
 /// A tracked wait in progress: published from its initializer until ``end()``. `withTrackedWait`
 /// and `trackedSync` are inlinable, so that each caller's specialization calls only these two
-/// functions of MainOnce's; a semaphore or group wait uses it once its grace is over.
+/// functions of MainOnce's; a semaphore or group wait uses it once its grace period is over.
 @usableFromInline
 struct _TrackedScope {
   // Unmanaged, and used through guaranteed references: the thread's record lives as long as
@@ -480,7 +483,7 @@ extension ThreadRecord {
 /// main-queue work. The engine runs them (`MainQueueEngine.runQueuedAttempts(on:)`): an
 /// initializer's caller is answered as if its hop had run it; the hop, when it comes, finds
 /// nothing to do.
-enum Servicing {
+enum ServicePolicy {
   /// Whether a wait on `thread` is to serve initializers: under `service`, in main context.
   static func applies(on thread: ThreadRecord) -> Bool {
     DeadlockDetection.cycles == .service && MainContext.isCurrent(on: thread)

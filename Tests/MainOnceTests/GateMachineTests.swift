@@ -6,7 +6,7 @@ import Testing
 /// The engine's state machine, run over every state that small configurations of callers can
 /// reach: the spirit of Rust's `loom` or a TLA+ model, with the engine's own transition code.
 @Suite("The once-cell's state machine is safe and live in every reachable state")
-struct FlightMachineTests {
+struct GateMachineTests {
   @Test(
     "every mix of up to three callers, with hops, throws, cancellations and a freed token",
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
@@ -52,7 +52,7 @@ struct FlightMachineTests {
   func tablesAreTheMachinesTransitions() throws {
     var observed = Set<Model.Transition>()
     for forms in Model.Form.mixes(upTo: 3) { observed.formUnion(Model.explore(forms).transitions) }
-    let machine = try packageFile("Sources/MainOnce/Engine/FlightMachine.swift")
+    let machine = try packageFile("Sources/MainOnce/Engine/GateMachine.swift")
     let article = try packageFile("Sources/MainOnce/MainOnce.docc/HowATokenMoves.md")
     let inSource = Model.Transition.rows(in: machine, linePrefix: "// ")
     let inArticle = Model.Transition.rows(in: article, linePrefix: "")
@@ -89,7 +89,7 @@ func packageFile(_ path: String) throws -> String {
 }
 
 /// A model of one once-cell and its world: callers of each form, the main thread, the hops on
-/// the main queue and the token's storage. Its transitions call ``FlightMachine``'s, as the
+/// the main queue and the token's storage. Its transitions call ``GateMachine``'s, as the
 /// engine does, and check every promise of the machine after each.
 enum Model {
   /// How a caller calls.
@@ -179,7 +179,7 @@ enum Model {
 
   /// The callers as the machine sees them: plain values packed in words, so that a state can be
   /// copied, compared and hashed fast.
-  struct Callers: FlightCallers, Hashable {
+  struct Callers: GateCallers, Hashable {
     typealias Caller = Int
     typealias Thread = Int
     typealias Batch = PackedQueue
@@ -214,14 +214,14 @@ enum Model {
   /// The word of the token's storage.
   enum Word: Hashable {
     case fresh
-    /// A main-context caller runs its attempt in place, with no flight.
+    /// A main-context caller runs its attempt in place, with no gate.
     case inPlace
     case attached
     case published
   }
 
   struct World: Hashable {
-    var flight: FlightMachine<Callers>?
+    var gate: GateMachine<Callers>?
     var word = Word.fresh
     var storageIsFreed = false
     var main = Main.idle
@@ -233,7 +233,7 @@ enum Model {
     /// Per caller, whether it was woken: a parked thread's token (which a wait that serves the
     /// main queue takes each time it looks), a task resumed, a handler released to its queue.
     var woken = Packed<Bool>()
-    /// Whether the flight is listed as awaiting its hop, where a serving wait finds it.
+    /// Whether the gate is listed as awaiting its hop, where a serving wait finds it.
     var awaitingHop = false
   }
 
@@ -316,11 +316,11 @@ enum Model {
     case .inPlace: return "running"
     case .published: return "done"
     case .attached:
-      guard let flight = world.flight else { return "fresh" }
-      if flight.outcome != nil { return "finished" }
-      if flight.runner != nil { return "running" }
-      if flight.hasQueuedAttempt { return "queued" }
-      return flight.callers.isEmpty ? "idle" : "awaited"
+      guard let gate = world.gate else { return "fresh" }
+      if gate.outcome != nil { return "finished" }
+      if gate.runner != nil { return "running" }
+      if gate.hasQueuedAttempt { return "queued" }
+      return gate.callers.isEmpty ? "idle" : "awaited"
     }
   }
 
@@ -388,10 +388,10 @@ enum Model {
 }
 
 /// One event applied to a copy of a world, as the engine applies it: under the lock, through the
-/// machine, whose effects the engine's own interpreter performs (`FlightEffects`), with this
+/// machine, whose effects the engine's own interpreter performs (`GateEffects`), with this
 /// step as the world they are performed in: a scripted parker (a token per caller), hop queue,
 /// completion queue and word. Every promise is checked.
-private struct Step: FlightShell {
+private struct Step: GateShell {
   typealias World = Model.World
   typealias Callers = Model.Callers
 
@@ -421,37 +421,37 @@ private struct Step: FlightShell {
       name = "the token is freed"
       world.storageIsFreed = true
     }
-    // Once the token is freed, the flight's stall timer tells it so at each look: here, right
-    // after every event (`Flight.strandedWaits`).
-    if world.storageIsFreed, let effects = world.flight?.storageFreed() { perform(effects) }
+    // Once the token is freed, the gate's stall timer tells it so at each look: here, right
+    // after every event (`Gate.strandedWaits`).
+    if world.storageIsFreed, let effects = world.gate?.storageFreed() { perform(effects) }
     // A caller leaves the queue unanswered only as a completion-form wait that nothing can
     // answer any more: the token is freed, and no attempt is queued or running. The machine
     // lets it go then, and says so.
-    if let flight = world.flight {
+    if let gate = world.gate {
       for caller in forms.indices
       where world.arrived[caller] && world.verdicts[caller] == nil
-        && flight.callers.phase(of: caller) == .resolved
+        && gate.callers.phase(of: caller) == .resolved
       {
         if forms[caller] != .handlerWaiting || !world.storageIsFreed {
           violations.append("caller \(caller) left the queue unanswered")
         }
       }
     }
-    if let flight = world.flight, !flight.invariantHolds {
+    if let gate = world.gate, !gate.invariantHolds {
       violations.append("queued callers have no runner, no hop and no outcome")
     }
-    if let flight = world.flight,
-      flight.hasQueuedAttempt
-        != (flight.callers.first { flight.callers.phase(of: $0) == .queued }
+    if let gate = world.gate,
+      gate.hasQueuedAttempt
+        != (gate.callers.first { gate.callers.phase(of: $0) == .queued }
           != nil)
     {
       violations.append("the count of queued attempts is wrong")
     }
     if world.successes > 1 { violations.append("two attempts succeeded") }
-    if let flight = world.flight, flight.running != nil, flight.runner != Model.mainThread {
+    if let gate = world.gate, gate.running != nil, gate.runner != Model.mainThread {
       violations.append("an attempt runs outside main context")
     }
-    if let flight = world.flight, flight.running != nil, world.main == .idle || isWaiting {
+    if let gate = world.gate, gate.running != nil, world.main == .idle || isWaiting {
       violations.append("the machine runs an attempt that the main thread does not")
     }
   }
@@ -462,26 +462,26 @@ private struct Step: FlightShell {
 
   /// Performs `effects` with the engine's interpreter, as the engine does: the first half under
   /// the engine's lock, the rest after it.
-  private mutating func perform(_ effects: FlightEffects<Callers>) {
+  private mutating func perform(_ effects: GateEffects<Callers>) {
     OnceCell.withLock { held in effects.performUnderLock(in: &self, holding: held) }
     effects.performAfterLock(in: &self)
   }
 
   /// What `OnceCell.phase()` does for a caller that borrows the storage: `true` if the cell is
-  /// done (publishing a finished flight), else attaches a flight to a fresh cell.
+  /// done (publishing a finished gate), else attaches a gate to a fresh cell.
   private mutating func cellIsDone() -> Bool {
     if world.word == .published { return true }
-    if let flight = world.flight, flight.outcome != nil {
+    if let gate = world.gate, gate.outcome != nil {
       world.word = .published
       return true
     }
-    if world.flight == nil {
+    if world.gate == nil {
       let callers = Model.Callers(borrows: Packed(forms.map(\.borrowsStorage)))
-      // A caller that finds an attempt running in place attaches a flight that takes it over.
+      // A caller that finds an attempt running in place attaches a gate that takes it over.
       if world.word == .inPlace, case .inAttempt(let driver?) = world.main {
-        world.flight = FlightMachine(callers: callers, adopting: driver, runBy: Model.mainThread)
+        world.gate = GateMachine(callers: callers, adopting: driver, runBy: Model.mainThread)
       } else {
-        world.flight = FlightMachine(callers: callers)
+        world.gate = GateMachine(callers: callers)
       }
       world.word = .attached
     }
@@ -514,8 +514,8 @@ private struct Step: FlightShell {
       case .task, .handler, .taskWaiting, .handlerWaiting: nil
       }
     let isCancelled = world.cancelRequested[caller]
-    let runningBefore = world.flight!.running
-    var (arrival, effects) = world.flight!.arrive(
+    let runningBefore = world.gate!.running
+    var (arrival, effects) = world.gate!.arrive(
       caller, on: thread, inMainContext: inMain, isCancelled: isCancelled,
       bringsAttempt: form.bringsAttempt)
     let who = form.bringsAttempt ? "a caller" : "a waiter"
@@ -530,7 +530,7 @@ private struct Step: FlightShell {
     case .wait:
       name = inMain ? "\(who) in main context arrives" : "\(who) elsewhere arrives"
       if inMain { violations.append("a caller in main context was told to wait") }
-      if world.flight!.running != runningBefore {
+      if world.gate!.running != runningBefore {
         violations.append("an attempt started for a caller outside main context")
       }
       // A broken engine, on purpose: the serving wait is woken only when a hop is sent.
@@ -554,7 +554,7 @@ private struct Step: FlightShell {
       guard case .inAttempt = world.main,
         let other = forms.indices.first(where: { forms[$0] == form && !world.arrived[$0] })
       else { continue }
-      var copy = world.flight!
+      var copy = world.gate!
       guard
         case .reentrant = copy.arrive(
           other, on: Model.mainThread, inMainContext: true, bringsAttempt: form.bringsAttempt
@@ -568,7 +568,7 @@ private struct Step: FlightShell {
   private mutating func hop() {
     world.hops -= 1
     name = "the hop runs"
-    let (step, effects) = world.flight!.mainQueueReached(on: Model.mainThread, isHop: true)
+    let (step, effects) = world.gate!.mainQueueReached(on: Model.mainThread, isHop: true)
     switch step {
     case .runByAnotherThread: violations.append("the main queue was held twice")
     case .drive(let first):
@@ -588,16 +588,16 @@ private struct Step: FlightShell {
   }
 
   /// A main-context wait, woken since it last looked (it takes its token), runs the attempts
-  /// of the flights listed as awaiting a hop that nobody runs, as main-queue code, not as the
+  /// of the gates listed as awaiting a hop that nobody runs, as main-queue code, not as the
   /// hop, which stays on its way (`MainQueueEngine.runQueuedAttempts(on:)`).
   private mutating func serve() {
     guard case .waiting(let waiter) = world.main else { return }
     name = "the waiting main thread serves"
     world.woken[waiter] = false
-    guard world.awaitingHop, let flight = world.flight, flight.runner == nil,
-      flight.outcome == nil
+    guard world.awaitingHop, let gate = world.gate, gate.runner == nil,
+      gate.outcome == nil
     else { return }
-    let (step, effects) = world.flight!.mainQueueReached(on: Model.mainThread, isHop: false)
+    let (step, effects) = world.gate!.mainQueueReached(on: Model.mainThread, isHop: false)
     switch step {
     case .runByAnotherThread: violations.append("the main queue was held twice")
     case .drive(let first):
@@ -607,21 +607,21 @@ private struct Step: FlightShell {
   }
 
   private mutating func attemptEnds(succeeds: Bool) {
-    // An attempt run in place that nobody joined ends without a flight.
+    // An attempt run in place that nobody joined ends without a gate.
     if world.word == .inPlace, case .inAttempt(let driver?) = world.main {
       name = succeeds ? "the attempt succeeds" : "the attempt throws"
-      if world.flight != nil { violations.append("an in-place run has a flight") }
+      if world.gate != nil { violations.append("an in-place run has a gate") }
       if succeeds { world.successes += 1 }
       world.word = succeeds ? .published : .fresh
       world.main = .idle
       return record(succeeds ? .done : .failed, of: driver)
     }
-    guard case .inAttempt(let driver) = world.main, let owner = world.flight?.running else {
+    guard case .inAttempt(let driver) = world.main, let owner = world.gate?.running else {
       return violations.append("an attempt ended that nobody ran")
     }
     name = succeeds ? "the attempt succeeds" : "the attempt throws"
     if succeeds { world.successes += 1 }
-    let (next, effects) = world.flight!.settle(
+    let (next, effects) = world.gate!.settle(
       owner, with: succeeds ? 2 : nil, on: Model.mainThread)
     perform(effects)
     if succeeds, world.word != .published,
@@ -648,7 +648,7 @@ private struct Step: FlightShell {
     world.cancelRequested[caller] = true
     // The engine's cancellation handler: a caller not queued yet is told at its arrival.
     if world.arrived[caller], world.verdicts[caller] == nil,
-      let effects = world.flight?.cancel(caller)
+      let effects = world.gate?.cancel(caller)
     {
       perform(effects)
     }
@@ -667,7 +667,7 @@ private struct Step: FlightShell {
 
   /// The wait in main context that serves the main queue: the main waiter, from when it first
   /// waits until it is answered, also while it runs an attempt it serves.
-  func servingWait(holding _: borrowing OnceCell.Held) -> Int? {
+  func servingWait(holding _: borrowing OnceCell.LockHeld) -> Int? {
     switch world.main {
     case .waiting(let waiter): waiter
     case .inAttempt(let driver?) where forms[driver] == .mainWaiting: driver
@@ -675,13 +675,14 @@ private struct Step: FlightShell {
     }
   }
 
-  mutating func listAwaitingHop(_ awaits: Bool, holding _: borrowing OnceCell.Held) {
-    if awaits, world.awaitingHop { violations.append("the flight was listed twice for a hop") }
+  mutating func listAwaitingHop(_ awaits: Bool, holding _: borrowing OnceCell.LockHeld) {
+    if awaits, world.awaitingHop { violations.append("the gate was listed twice for a hop") }
     world.awaitingHop = awaits
   }
 
   mutating func record(
-    _ verdict: Verdict, failure: (any Error)?, of caller: Int, holding _: borrowing OnceCell.Held
+    _ verdict: Verdict, failure: (any Error)?, of caller: Int,
+    holding _: borrowing OnceCell.LockHeld
   ) {
     record(verdict, of: caller)
   }
@@ -707,14 +708,16 @@ private struct Step: FlightShell {
   /// A completion handler goes to its queue, where it runs after every handler released before
   /// it: the value must not be published yet, or a caller that finds it done on the fast path
   /// could submit its own first.
-  mutating func release(_ handler: Int, of caller: Int, holding _: borrowing OnceCell.Held) {
+  mutating func release(_ handler: Int, of caller: Int, holding _: borrowing OnceCell.LockHeld) {
     if world.word == .published {
       violations.append("caller \(caller)'s handler was released after the value was published")
     }
     wake(caller)
   }
 
-  mutating func publish(_ value: UInt, through borrower: Int, holding _: borrowing OnceCell.Held) {
+  mutating func publish(
+    _ value: UInt, through borrower: Int, holding _: borrowing OnceCell.LockHeld
+  ) {
     if world.storageIsFreed { violations.append("published into a freed token") }
     if !forms[borrower].borrowsStorage { violations.append("published through a handler") }
     if world.verdicts[borrower] != .done {
@@ -724,7 +727,7 @@ private struct Step: FlightShell {
   }
 
   mutating func unpark(_ parker: Int) {
-    // The serving wait's parking also takes tokens that only ask it to look again.
+    // The serving wait's parker also takes tokens that only ask it to look again.
     if forms[parker] == .mainWaiting, world.verdicts[parker] == nil {
       world.woken[parker] = true
     } else {
@@ -751,21 +754,21 @@ private struct Step: FlightShell {
 
   mutating func sendHop() {
     if let arriving, !forms[arriving].bringsAttempt { violations.append("a waiter sent a hop") }
-    // One hop at a time, and none while a thread drives the flight, which runs the attempts
+    // One hop at a time, and none while a thread drives the gate, which runs the attempts
     // queued meanwhile itself: racing callers share one hop.
     if world.hops > 0 { violations.append("a hop was sent while one is on its way") }
-    if world.flight?.runner != nil {
-      violations.append("a hop was sent while a thread drives the flight")
+    if world.gate?.runner != nil {
+      violations.append("a hop was sent while a thread drives the gate")
     }
     world.hops += 1
   }
 
-  // The flight's timer and its marks are the engine's, beside the machine: the model has no
+  // The gate's timer and its stall tracking are the engine's, beside the machine: the model has no
   // observer, and never asks them.
   mutating func startTimer() {}
   mutating func tellStallEnded(since: UInt64, finished: Bool) {}
 
-  /// A caller taken out of the flight: answered, or a completion-form wait that nothing can
+  /// A caller taken out of the gate: answered, or a completion-form wait that nothing can
   /// answer any more.
   mutating func letGo(_ caller: Int) {
     if world.verdicts[caller] == nil, forms[caller] != .handlerWaiting || !world.storageIsFreed {

@@ -1,12 +1,12 @@
 // MARK: - The state machine of a main-queue once-cell
 //
-// `FlightMachine` is every decision the engine makes about a cell that is not done: who runs the
+// `GateMachine` is every decision the engine makes about a cell that is not done: who runs the
 // next attempt, who sends the hop, how each caller's wait ends, through whom the value is
 // published. It is plain data and pure transitions: each returns the caller's next role and the
-// effects to perform (`FlightEffects`, a fixed-size value), which the interpreter in the second
+// effects to perform (`GateEffects`, a fixed-size value), which the interpreter in the second
 // half of this file performs, each at the point it states, in the engine (`MainQueueEngine`,
 // under `OnceCell.lock` and after it) or in a model.
-// `Tests/MainOnceTests/FlightMachineTests.swift` runs the same transitions and the same
+// `Tests/MainOnceTests/GateMachineTests.swift` runs the same transitions and the same
 // interpreter over every reachable state of small configurations, against a scripted parker and
 // hop queue, checking the invariants below in each.
 //
@@ -14,19 +14,19 @@
 //
 // | Phase    | word      | outcome   | runner   | callers   | hopIsOnItsWay |
 // | -------- | --------- | --------- | -------- | --------- | ------------- |
-// | fresh    | 1         | (no flight)                                      |
+// | fresh    | 1         | (no gate)                                        |
 // | idle     | F | 1     | nil       | nil      | none      | either        |
 // | awaited  | F | 1     | nil       | nil      | waiters   | either        |
 // | queued   | F | 1     | nil       | nil      | some      | true          |
 // | running  | F | 1, or R | nil     | a thread | any       | either        |
 // | finished | F | 1     | the value | nil      | none      | either        |
-// | done     | the value | (the flight is released)                         |
+// | done     | the value | (the gate is released)                           |
 //
 // A caller's phase (`CallerPhase`): arriving → queued → running → resolved; queued → resolved
 // (another caller's attempt succeeded, or a task was cancelled); arriving → resolved (a task
 // cancelled before it queued never does). A *waiter*, a caller that brings no attempt (a wait
 // that never initializes), goes arriving → awaiting → resolved (an attempt succeeded, or its
-// task was cancelled); *awaited* is a flight whose callers are all waiters: nothing runs, and no
+// task was cancelled); *awaited* is a gate whose callers are all waiters: nothing runs, and no
 // hop is needed until a caller brings an attempt. A waiter in main context drives the attempts
 // queued when it arrives, then serves the main queue while it waits: woken by each attempt
 // queued meanwhile, it runs the queued attempts itself ("the waiting main thread serves"),
@@ -34,12 +34,12 @@
 //
 // The transitions, every one the exhaustive test observes and no other (it compares this
 // table, and the one in the DocC article "How a token moves", with what it observes). An
-// arrival is `arrive` (after `OnceCell.phase()`, which attaches a flight to a fresh cell and
+// arrival is `arrive` (after `OnceCell.phase()`, which attaches a gate to a fresh cell and
 // publishes a finished one: "a caller arrives" is a caller that finds the cell finished or
 // done); the hop is `mainQueueReached`; an attempt's end is `settle` (the attempt's result
 // recorded, then the next attempt started, in one critical section); a cancellation is
-// `cancel`; a freed token is `_OnceWord`'s deinit, which the flight learns at the next look of
-// its stall timer (`Flight.strandedWaits(holding:)`, `storageFreed`). A success ends in *done*
+// `cancel`; a freed token is `_OnceWord`'s deinit, which the gate learns at the next look of
+// its stall timer (`Gate.strandedWaits(holding:)`, `storageFreed`). A success ends in *done*
 // when a caller that borrows the storage waits (the value is published through it), else in
 // *finished*.
 //
@@ -72,23 +72,23 @@
 // | finished | a caller arrives                                                                                                                                            | done     |
 // | done     | a caller arrives; a task is cancelled; the hop runs; the token is freed                                                                                     | done     |
 //
-// `F` is the flight's address, with its low bit set: a done word is even. `R` marks an attempt
-// that a caller in main context runs in place, with no flight, because nobody else called: the
+// `F` is the gate's address, with its low bit set: a done word is even. `R` marks an attempt
+// that a caller in main context runs in place, with no gate, because nobody else called: the
 // runner's thread id, shifted, with the two low bits set (`OnceCell.startInPlaceRun(on:)`). It
-// allocates nothing. A caller that arrives while it runs attaches a flight that takes the run
-// over (`init(callers:adopting:runBy:)`), and the runner drives the flight when its attempt
+// allocates nothing. A caller that arrives while it runs attaches a gate that takes the run
+// over (`init(callers:adopting:runBy:)`), and the runner drives the gate when its attempt
 // returns; with nobody arriving, a success publishes and a throw leaves the cell fresh.
 //
 // Invariant, after every transition (`invariantHolds`): callers that queued an attempt have a
-// runner, a hop on its way, or a finished flight to be told of; waiters need one only while
+// runner, a hop on its way, or a finished gate to be told of; waiters need one only while
 // such a caller is queued. Safety, checked by the test in every
 // state: at most one attempt succeeds, and none starts after it; attempts start only in main
 // context (the engine also checks it in release builds,
 // `MainQueueEngine.driveUnlessDriven(_:on:isHop:)`); no caller is resolved twice, and a caller
 // that borrows the storage and is told "done" finds it published; one hop at a time is sent,
-// and none while a thread runs the flight.
+// and none while a thread runs the gate.
 
-/// Where one caller of a flight is in its wait.
+/// Where one caller of a gate is in its wait.
 enum CallerPhase: Hashable, Sendable {
   /// Made, not queued yet.
   case arriving
@@ -111,8 +111,8 @@ enum Verdict: Hashable, Sendable {
   case cancelled
 }
 
-/// Callers taken out of a flight, in the order they are told: those a transition answered or
-/// let go (see ``FlightEffects``). The engine's is threaded through its waiters, so that it
+/// Callers taken out of a gate, in the order they are told: those a transition answered or
+/// let go (see ``GateEffects``). The engine's is threaded through its waiters, so that it
 /// allocates nothing; a model's is packed in a word.
 protocol CallerBatch: Sequence {
   init()
@@ -121,10 +121,10 @@ protocol CallerBatch: Sequence {
   mutating func removeFirst() -> Element?
 }
 
-/// A flight's callers, in arrival order, each with its phase: what ``FlightMachine`` needs of
+/// A gate's callers, in arrival order, each with its phase: what ``GateMachine`` needs of
 /// the queue. The engine's is threaded through its waiters (``WaiterQueue``); the test's is an
 /// array of plain values.
-protocol FlightCallers {
+protocol GateCallers {
   associatedtype Caller
   associatedtype Thread: Equatable
   associatedtype Batch: CallerBatch where Batch.Element == Caller
@@ -149,13 +149,13 @@ protocol FlightCallers {
 enum Arrival<Caller, Thread> {
   /// It is a task cancelled before it could queue: the effects answer it as cancelled.
   case cancelled
-  /// Its thread runs one of the flight's attempts: a re-entrant call.
+  /// Its thread runs one of the gate's attempts: a re-entrant call.
   case reentrant
-  /// It is in main context and nobody runs the flight: it runs the queue from `first`.
+  /// It is in main context and nobody runs the gate: it runs the queue from `first`.
   case drive(first: Caller?)
   /// It waits (the effects send the hop, if one is needed).
   case wait
-  /// It is in main context, but another thread runs the flight's attempt: only one thread can
+  /// It is in main context, but another thread runs the gate's attempt: only one thread can
   /// hold the main queue, so the engine's picture of it is wrong.
   case runByAnotherThread(Thread)
 }
@@ -164,17 +164,17 @@ enum Arrival<Caller, Thread> {
 enum HopStep<Caller, Thread> {
   /// It runs the queue from `first` (`nil`: nothing to run).
   case drive(first: Caller?)
-  /// Another thread runs the flight's attempt while this one holds the main queue.
+  /// Another thread runs the gate's attempt while this one holds the main queue.
   case runByAnotherThread(Thread)
 }
 
-/// The state of a once-cell's flight and the transitions between its states (see the tables at
+/// The state of a once-cell's gate and the transitions between its states (see the tables at
 /// the top of this file). Plain data; every method is called under `OnceCell.lock`, and
-/// returns what to do about it, if anything, as ``FlightEffects``.
-struct FlightMachine<Callers: FlightCallers> {
+/// returns what to do about it, if anything, as ``GateEffects``.
+struct GateMachine<Callers: GateCallers> {
   typealias Caller = Callers.Caller
   typealias Thread = Callers.Thread
-  typealias Effects = FlightEffects<Callers>
+  typealias Effects = GateEffects<Callers>
 
   /// The callers queued or running, in arrival order.
   private(set) var callers: Callers
@@ -198,7 +198,7 @@ struct FlightMachine<Callers: FlightCallers> {
   }
 
   /// A machine for a cell whose attempt `owner` already runs in place on `thread`, without a
-  /// flight, when another caller arrives: `owner` is its running caller.
+  /// gate, when another caller arrives: `owner` is its running caller.
   init(callers: Callers, adopting owner: Caller, runBy thread: Thread) {
     self.callers = callers
     self.callers.setPhase(.running, of: owner)
@@ -208,7 +208,7 @@ struct FlightMachine<Callers: FlightCallers> {
   }
 
   /// Whether callers that queued an attempt have a runner, a hop on its way, or a finished
-  /// flight. Callers that wait without an attempt need none of them: with no attempt queued,
+  /// gate. Callers that wait without an attempt need none of them: with no attempt queued,
   /// nothing can end their wait but a caller that brings one.
   var invariantHolds: Bool {
     outcome != nil || runner != nil || hopIsOnItsWay || !hasQueuedAttempt
@@ -225,7 +225,7 @@ struct FlightMachine<Callers: FlightCallers> {
   /// it drives the attempts already queued, if any, and then serves the main queue while it
   /// waits, `.drive(first: nil)` when none is).
   ///
-  /// A caller that waits with an attempt sends the hop if nobody runs the flight and none is on
+  /// A caller that waits with an attempt sends the hop if nobody runs the gate and none is on
   /// its way, and wakes the wait that serves the main queue, if one does: such a wait runs
   /// every attempt queued while it blocks the main queue, hop or not.
   mutating func arrive(
@@ -250,7 +250,7 @@ struct FlightMachine<Callers: FlightCallers> {
     return (.drive(first: startNextAttempt(on: thread)), Effects())
   }
 
-  /// Whether the caller that just queued must send a hop: nobody runs the flight and no hop is
+  /// Whether the caller that just queued must send a hop: nobody runs the gate and no hop is
   /// on its way. Marks the hop as on its way.
   private mutating func claimHop() -> Bool {
     guard runner == nil, !hopIsOnItsWay, !callers.isEmpty else { return false }
@@ -259,7 +259,7 @@ struct FlightMachine<Callers: FlightCallers> {
   }
 
   /// A hop reaches the main queue on `thread` (`isHop`), or main-queue code that serves
-  /// initializers finds the flight waiting for one: either drives it unless `thread` does.
+  /// initializers finds the gate waiting for one: either drives it unless `thread` does.
   mutating func mainQueueReached(
     on thread: Thread, isHop: Bool
   ) -> (HopStep<Caller, Thread>, Effects) {
@@ -289,7 +289,7 @@ struct FlightMachine<Callers: FlightCallers> {
 
   /// Records the end of `owner`'s attempt, `value` if it succeeded, `nil` if it failed, then
   /// starts the next attempt on `thread` (the runner's), if one is queued: one critical
-  /// section. On success the flight is finished, every caller is answered as done (the owner
+  /// section. On success the gate is finished, every caller is answered as done (the owner
   /// first), and the value is published through the first caller answered that borrows the
   /// storage (the owner, if it does), if one waits; on failure the failure goes to `owner`
   /// alone, and the runner goes on with the queue. Returns the caller whose attempt runs next.
@@ -313,10 +313,10 @@ struct FlightMachine<Callers: FlightCallers> {
     return (startNextAttempt(on: thread), effects)
   }
 
-  /// The cell's storage is gone (the token was freed), as the flight learns it at a look of
+  /// The cell's storage is gone (the token was freed), as the gate learns it at a look of
   /// its stall timer: repeated at each look. Its waits that never initialize, completion
   /// handlers (the others borrow the storage, so none is left), can no longer be answered once
-  /// no attempt is queued or running: they leave the queue, never answered, and the flight
+  /// no attempt is queued or running: they leave the queue, never answered, and the gate
   /// keeps nothing alive for them (the effects let them go, with no verdict).
   mutating func storageFreed() -> Effects {
     var effects = Effects()
@@ -343,26 +343,26 @@ struct FlightMachine<Callers: FlightCallers> {
   }
 }
 
-extension FlightMachine: Equatable where Callers: Equatable, Caller: Equatable {}
-extension FlightMachine: Hashable where Callers: Hashable, Caller: Hashable, Thread: Hashable {}
+extension GateMachine: Equatable where Callers: Equatable, Caller: Equatable {}
+extension GateMachine: Hashable where Callers: Hashable, Caller: Hashable, Thread: Hashable {}
 
 // MARK: - What a transition asks for, and the interpreter that does it
 //
-// The machine above decides; what follows performs. Each transition returns a `FlightEffects`, a
+// The machine above decides; what follows performs. Each transition returns a `GateEffects`, a
 // fixed-size value with at most one of each effect (the callers it answers or lets go are a
 // batch threaded through them, which allocates nothing). `performUnderLock(in:holding:)` and
 // `performAfterLock(in:)` are the whole interpreter: the engine calls the first inside the
 // critical section that made the transition and the second right after it, and the exhaustive
-// test (`Tests/MainOnceTests/FlightMachineTests.swift`) calls the same two against a scripted
+// test (`Tests/MainOnceTests/GateMachineTests.swift`) calls the same two against a scripted
 // parker, hop queue and word, so the glue between the machine and the world is inside the
-// model. Where (a `FlightShell`) is the engine's flight itself, with its waiters, the main queue
-// and the observer (`Flight.swift`), or the model's.
+// model. Where (a `GateShell`) is the engine's gate itself, with its waiters, the main queue
+// and the observer (`Gate.swift`), or the model's.
 //
 // Each effect, where it is performed and why, in the order the interpreter performs them:
 //
 // | Effect                          | Where                  | Why there                                           |
 // | ------------------------------- | ---------------------- | --------------------------------------------------- |
-// | list the flight as awaiting a hop (or strike it off when it arrives) | under the lock | a main-queue wait that serves runs what the list holds, and reads it under the lock |
+// | list the gate as awaiting a hop (or strike it off when it arrives) | under the lock | a main-queue wait that serves runs what the list holds, and reads it under the lock |
 // | wake the wait that serves the main queue | under the lock | that wait is made and replaced under the lock; an unpark leaves a token and never blocks |
 // | record each caller's answer, release a completion handler to its queue | under the lock, before the publish | handlers keep the order of the calls: a caller that finds the word done on the fast path submits its own after them |
 // | publish the value               | under the lock, last   | through a caller that borrows the storage, answered but not yet woken: the storage is still in place; the releasing store orders every write of the attempt before it |
@@ -388,20 +388,20 @@ enum Wakeup<Parker, Continuation, Handler> {
   case inPlace
 }
 
-/// What one transition of a flight asks for: decided by ``FlightMachine`` (and, for the timer
-/// and the observer, by the flight's marks beside it), performed by the interpreter below.
-struct FlightEffects<Callers: FlightCallers> {
+/// What one transition of a gate asks for: decided by ``GateMachine`` (and, for the timer
+/// and the observer, by the gate's stall tracking beside it), performed by the interpreter below.
+struct GateEffects<Callers: GateCallers> {
   typealias Caller = Callers.Caller
 
   /// A hop sent, or arrived.
   enum Hop {
-    /// Nobody runs the flight and no hop was on its way: one is sent.
+    /// Nobody runs the gate and no hop was on its way: one is sent.
     case sent
     /// The hop sent earlier reached the main queue.
     case arrived
   }
 
-  /// The callers the transition takes out of the flight, in the order they are told: each is
+  /// The callers the transition takes out of the gate, in the order they are told: each is
   /// answered with ``verdict``, or, when there is none, let go unanswered (a freed token's
   /// completion-form waits, which nothing can answer any more).
   var callers = Callers.Batch()
@@ -413,16 +413,16 @@ struct FlightEffects<Callers: FlightCallers> {
   var hop: Hop?
   /// An attempt was queued that no hop may run while a wait blocks the main queue.
   var wakesServingWait = false
-  /// The flight's first caller that does not block arrived: its stall timer starts.
+  /// The gate's first caller that does not block arrived: its stall timer starts.
   var startsTimer = false
   /// A stall an observer reported ended: when its callers had begun to wait, and whether the
-  /// flight finished (rather than its last caller left).
+  /// gate finished (rather than its last caller left).
   var stallEnded: (since: UInt64, finished: Bool)?
 
   /// Performs the effects that belong under the lock, in the order of the table above: the
   /// caller holds it, and made the transition in the same critical section.
-  func performUnderLock<Shell: FlightShell>(
-    in shell: inout Shell, holding held: borrowing OnceCell.Held
+  func performUnderLock<Shell: GateShell>(
+    in shell: inout Shell, holding held: borrowing OnceCell.LockHeld
   ) where Shell.Callers == Callers {
     if let hop { shell.listAwaitingHop(hop == .sent, holding: held) }
     if wakesServingWait, let serving = shell.servingWait(holding: held) { shell.unpark(serving) }
@@ -437,7 +437,7 @@ struct FlightEffects<Callers: FlightCallers> {
 
   /// Performs the rest, in the order of the table above, once the lock is released. A caller
   /// let go unanswered is a completion-form wait: there is nothing to wake.
-  consuming func performAfterLock<Shell: FlightShell>(in shell: inout Shell)
+  consuming func performAfterLock<Shell: GateShell>(in shell: inout Shell)
   where Shell.Callers == Callers {
     if hop == .sent { shell.sendHop() }
     if startsTimer { shell.startTimer() }
@@ -453,11 +453,11 @@ struct FlightEffects<Callers: FlightCallers> {
   }
 }
 
-/// Where a flight's effects are performed: the engine's flight, with its waiters, the main
-/// queue and the observer (`Flight.swift`), or a model's. Each requirement is one effect, or what the
+/// Where a gate's effects are performed: the engine's gate, with its waiters, the main
+/// queue and the observer (`Gate.swift`), or a model's. Each requirement is one effect, or what the
 /// interpreter reads to perform one; those that take the lock's proof are performed under it.
-protocol FlightShell {
-  associatedtype Callers: FlightCallers
+protocol GateShell {
+  associatedtype Callers: GateCallers
   associatedtype Parker
   associatedtype Continuation
   associatedtype Handler
@@ -467,29 +467,29 @@ protocol FlightShell {
   /// answered and not woken yet (nothing changes it then).
   func wakeup(of caller: Caller) -> Wakeup<Parker, Continuation, Handler>
   /// The parker of the wait that blocks the main queue and serves it, if one does.
-  func servingWait(holding held: borrowing OnceCell.Held) -> Parker?
-  /// Lists the flight as awaiting its hop (`true`), or strikes it off (`false`).
-  mutating func listAwaitingHop(_ awaits: Bool, holding held: borrowing OnceCell.Held)
+  func servingWait(holding held: borrowing OnceCell.LockHeld) -> Parker?
+  /// Lists the gate as awaiting its hop (`true`), or strikes it off (`false`).
+  mutating func listAwaitingHop(_ awaits: Bool, holding held: borrowing OnceCell.LockHeld)
   /// Records how `caller`'s wait ended (`failure`: the error of its attempt, if it failed): from
   /// here on it is answered.
   mutating func record(
     _ verdict: Verdict, failure: (any Error)?, of caller: Caller,
-    holding held: borrowing OnceCell.Held)
+    holding held: borrowing OnceCell.LockHeld)
   /// Releases a completion-form caller's handler to its queue, with its answer.
   mutating func release(
-    _ handler: Handler, of caller: Caller, holding held: borrowing OnceCell.Held)
+    _ handler: Handler, of caller: Caller, holding held: borrowing OnceCell.LockHeld)
   /// Stores `value` in the word of the storage `caller` borrows.
   mutating func publish(
-    _ value: UInt, through caller: Caller, holding held: borrowing OnceCell.Held)
+    _ value: UInt, through caller: Caller, holding held: borrowing OnceCell.LockHeld)
   /// Leaves a wake-up token with `parker`, waking its thread if it sleeps.
   mutating func unpark(_ parker: Parker)
   /// Sends the hop to the main queue.
   mutating func sendHop()
-  /// Starts the timer that watches the flight's callers that do not block.
+  /// Starts the timer that watches the gate's callers that do not block.
   mutating func startTimer()
   /// Tells the observer that the stall it reported ended.
   mutating func tellStallEnded(since: UInt64, finished: Bool)
-  /// Lets go of what a caller taken out of the flight brought (its attempt; a stranded wait's
+  /// Lets go of what a caller taken out of the gate brought (its attempt; a stranded wait's
   /// handler): nothing runs it any more.
   mutating func letGo(_ caller: Caller)
   /// Resumes an answered task with its answer.

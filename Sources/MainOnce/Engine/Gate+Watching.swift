@@ -1,18 +1,18 @@
 internal import Synchronization
 
-// What the engine shows whoever watches its waits (`WaitObserver.swift`): a main-queue flight as
+// What the engine shows whoever watches its waits (`WaitObserver.swift`): a main-queue gate as
 // a stall subject, and its blocked callers as blocking waits, with their one query
 // (`blockers()`) and what a report says, each answered under the cell's lock. Read-only, but
-// for the claim of a stall report, which marks the flight so that the end of that stall is told
-// once (`Flight.endOfReportedStall(holding:)`).
+// for the claim of a stall report, which marks the gate so that the end of that stall is told
+// once (`Gate.endOfReportedStall(holding:)`).
 
-extension Flight: StallSubject {
+extension Gate: StallSubject {
   func stallSnapshot() -> StallSnapshot? {
     OnceCell.withLock { snapshot(holding: $0) }
   }
 
-  /// Who waits for the flight and what is in the way; `nil` once it has finished.
-  func snapshot(holding held: borrowing OnceCell.Held) -> StallSnapshot? {
+  /// Who waits for the gate and what is in the way; `nil` once it has finished.
+  func snapshot(holding held: borrowing OnceCell.LockHeld) -> StallSnapshot? {
     guard outcome(holding: held) == nil else { return nil }
     let callers = callers(holding: held).compactMap { waiter -> StallSnapshot.Caller? in
       switch waiter.kind {
@@ -50,9 +50,9 @@ extension Flight: StallSubject {
 
   func claimStallReport(waitingSince: UInt64) -> Bool {
     OnceCell.withLock { held in
-      withMarks(holding: held) { marks, machine in
-        guard marks.reportedSince == nil, machine.outcome == nil else { return false }
-        marks.reportedSince = waitingSince
+      withStallTracking(holding: held) { stallTracking, machine in
+        guard stallTracking.reportedSince == nil, machine.outcome == nil else { return false }
+        stallTracking.reportedSince = waitingSince
         return true
       }
     }
@@ -65,29 +65,29 @@ extension Waiter: BlockingWait {
     return parked.id
   }
   var proof: WaitProof { .structural }
-  // A caller in main context that brings an attempt runs the flight itself, and never parks; a
+  // A caller in main context that brings an attempt runs the gate itself, and never parks; a
   // wait without one parks there, and runs what is queued for the main queue meanwhile.
   var holdsMainQueue: Bool { servesMainQueue }
   var isOver: Bool { isResolved.load(ordering: .acquiring) }
 
   func blockers() -> Blockers {
     OnceCell.withLock { held in
-      guard answer == nil, let flight = flight(holding: held),
-        flight.outcome(holding: held) == nil
+      guard answer == nil, let gate = gate(holding: held),
+        gate.outcome(holding: held) == nil
       else {
         return .none
       }
-      if let runner = flight.runner(holding: held) {
+      if let runner = gate.runner(holding: held) {
         return .thread(runner.thread, reason: ", which runs it")
       }
       // A wait that never initializes, with no attempt queued, waits for a caller to bring
       // one: nobody MainOnce knows of. Its stall is reported.
-      return flight.hasQueuedAttempt(holding: held) ? .mainQueue : .none
+      return gate.hasQueuedAttempt(holding: held) ? .mainQueue : .none
     }
   }
 
   var epoch: UInt {
-    OnceCell.withLock { flight(holding: $0)?.epoch.load(ordering: .acquiring) ?? 0 }
+    OnceCell.withLock { gate(holding: $0)?.epoch.load(ordering: .acquiring) ?? 0 }
   }
   var slices: (started: UInt, lastTimedOut: UInt) { (0, 0) }
   var call: String {
@@ -96,7 +96,7 @@ extension Waiter: BlockingWait {
     return label.hasCallSites ? "\(label.operation) at \(site)" : "\(label.operation)"
   }
   var waitsFor: String { label.waitedFor }
-  var stallSubject: (any StallSubject)? { OnceCell.withLock { flight(holding: $0) } }
+  var stallSubject: (any StallSubject)? { OnceCell.withLock { gate(holding: $0) } }
 }
 
 extension CellLabel {
