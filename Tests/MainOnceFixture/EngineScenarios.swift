@@ -278,7 +278,15 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
   }
   first = nil
   guard let fresh = allocate(at: firstAddress, spare: &spare, Widget.init) else {
-    verdict(false, "inconclusive: no widget reused the freed address")
+    // The allocator kept the address from every widget tried: seen once in tens of runs on
+    // Debian 13's glibc beside other busy processes. The round tests nothing, so it runs
+    // again; the scenario is inconclusive (and fails) only if that keeps happening.
+    tally.add("notReused")
+    guard tally["notReused"] <= 3 else {
+      verdict(false, "inconclusive: no widget reused the freed address \(tally.summary)")
+    }
+    DispatchQueue.main.async { runStaleHopEarlyReturnPerObject(round: round, tally: tally) }
+    return
   }
   spare = []
   tally.add("rounds")
@@ -299,8 +307,10 @@ private func runStaleHopEarlyReturnPerObject(round: Int, tally: Tally) {
     if tally["earlyReturns"] > 0 || round + 1 == rounds {
       // Each round's first widget succeeds once: by main-queue code's retry, or by the queued
       // worker's initializer if the retry runs queued attempts first.
+      // (A round run again for want of a reused address had its first widget too.)
       verdict(
-        tally["earlyReturns"] == 0 && tally["mainRuns"] + tally["waiterRuns"] == tally["rounds"],
+        tally["earlyReturns"] == 0
+          && tally["mainRuns"] + tally["waiterRuns"] == tally["rounds"] + tally["notReused"],
         tally.summary)
     }
     DispatchQueue.main.async { runStaleHopEarlyReturnPerObject(round: round + 1, tally: tally) }

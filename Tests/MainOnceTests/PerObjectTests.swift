@@ -94,6 +94,40 @@ private func attempt(
   }
 }
 
+/// Starts `count` callers with `start` (passed 0, 1, …), once `started` says the first caller's
+/// body runs, each once the one before has queued behind it (the cell labelled with `label`
+/// counts it); returns what `start` returned for those that queued, which is all of them unless
+/// the test fails. All of it on a thread of its own, not the test's task: the body holds its
+/// call site for a bounded time (the main queue for ``TestProcessSettings/mainQueueHold``), and
+/// a wait for the cooperative pool, which other tests may keep busy for seconds on a loaded
+/// machine, could let that time run out before the callers queue.
+private func queueBehind<Caller: Sendable>(
+  _ started: DispatchSemaphore, label: String, count: Int = 1,
+  sourceLocation: SourceLocation = #_sourceLocation,
+  _ start: @escaping @Sendable (Int) -> Caller
+) async -> [Caller] {
+  let queued =
+    await onThread { () -> [Caller] in
+      guard started.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+        return []
+      }
+      var queued: [Caller] = []
+      for caller in 0..<count {
+        let call = start(caller)
+        guard waitUntil({ waitingCallers(labelContaining: label) == caller + 1 }) else { break }
+        queued.append(call)
+      }
+      return queued
+    } ?? []
+  if queued.count < count {
+    Issue.record(
+      "\(queued.count) of \(count) callers queued behind the first one",
+      sourceLocation: sourceLocation
+    )
+  }
+  return queued
+}
+
 /// A call of `attempt` on a thread of its own, and whether it threw, once `returned` is
 /// signalled. Not a task: a task needs the cooperative pool, which a loaded machine's other tests
 /// may keep busy past a test's bounds.
@@ -151,14 +185,16 @@ struct PerObjectTests {
     let first = CallerThread {
       attempt(for: object, onMain: onMain, caller: 0, ran: ran, started: started, release: release)
     }
-    guard await wait(for: started) else { return }
     defer { release.signal() }
-    let second = CallerThread {
-      attempt(for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
-    }
-    // Let the second caller queue up behind the failing body before it fails.
-    let queued = await eventually { waitingCallers(labelContaining: label) == 1 }
-    #expect(queued)
+    // The second caller queues up behind the failing body before it fails.
+    let second = await queueBehind(started, label: label) { _ in
+      CallerThread {
+        attempt(
+          for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
+      }
+    }.first
+    #expect(second != nil)
+    guard let second else { return }
     release.signal()
     guard await wait(for: second.returned) else { return }
     #expect(second.threw == false)
@@ -176,7 +212,7 @@ struct PerObjectTests {
     let started = DispatchSemaphore(value: 0)
     let release = DispatchSemaphore(value: 0)
     let returned = DispatchGroup()
-    func call(_ caller: Int) {
+    @Sendable func call(_ caller: Int) {
       returned.enter()
       Thread {
         _ = attempt(
@@ -186,14 +222,12 @@ struct PerObjectTests {
       }.start()
     }
     call(0)
-    guard await wait(for: started) else { return }
     defer { release.signal() }
     // Callers 1 and 2 queue up behind the failing body, in this order.
-    for caller in 1...2 {
-      call(caller)
-      let queued = await eventually { waitingCallers(labelContaining: label) == caller }
-      #expect(queued)
-    }
+    let queued = await queueBehind(started, label: label, count: 2) { caller in
+      call(caller + 1)
+    }.count
+    #expect(queued == 2)
     release.signal()
     let allReturned = await onThread {
       returned.wait(timeout: .now() + TimeScale.seconds(10)) == .success
