@@ -10,8 +10,8 @@ struct AsyncBuildMachineTests {
     "one to four callers, every interleaving of arrivals, cancellations and builds",
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: 1...4)
-  func everyInterleaving(callers: Int) {
-    let exploration = AsyncBuildModel.explore(callers: callers)
+  func everyInterleaving(callers: Int) async {
+    let exploration = await offThePool { AsyncBuildModel.explore(callers: callers) }
     #expect(exploration.violations == [])
     #expect(exploration.states >= callers * 3)
   }
@@ -20,16 +20,20 @@ struct AsyncBuildMachineTests {
     "callers that build and waits that never do, mixed, every interleaving",
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: [(1, 1), (1, 2), (2, 1), (2, 2), (0, 2), (3, 1)])
-  func waitsThatNeverBuild(callers: Int, waiters: Int) {
-    let exploration = AsyncBuildModel.explore(callers: callers, waiters: waiters)
+  func waitsThatNeverBuild(callers: Int, waiters: Int) async {
+    let exploration = await offThePool {
+      AsyncBuildModel.explore(callers: callers, waiters: waiters)
+    }
     #expect(exploration.violations == [], "\(callers) callers, \(waiters) waiters")
     #expect(exploration.states >= (callers + waiters) * 2)
   }
 
   @Test("the table in the source is the transitions the machine makes")
-  func tableIsTheMachinesTransitions() throws {
-    let observed = AsyncBuildModel.explore(callers: 3).transitions
-      .union(AsyncBuildModel.explore(callers: 2, waiters: 2).transitions)
+  func tableIsTheMachinesTransitions() async throws {
+    let observed = await offThePool {
+      AsyncBuildModel.explore(callers: 3).transitions
+        .union(AsyncBuildModel.explore(callers: 2, waiters: 2).transitions)
+    }
     let source = try packageFile("Sources/MainOnce/Engine/AsyncBuildMachine.swift")
     let inSource = Model.Transition.rows(in: source, linePrefix: "// ")
     #expect(inSource == observed, "missing: \(observed.subtracting(inSource))")

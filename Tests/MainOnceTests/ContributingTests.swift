@@ -6,41 +6,47 @@ import Testing
 @Suite("CONTRIBUTING describes the steps .ci/run runs")
 struct ContributingTests {
   @Test("its list of what CI checks names every step of .ci/run, in order")
-  func stepList() throws {
-    let steps = try CIScript.stepNames()
-    let listed = try Contributing.section("### What it checks, in order").compactMap { line in
-      // `1. **Builds**, all at once, …`: the bold name after the number.
-      line.firstMatch(of: /^\d+\. \*\*([^*]+)\*\*/).map { String($0.1) }
+  func stepList() async throws {
+    try await offThePool {
+      let steps = try CIScript.stepNames()
+      let listed = try Contributing.section("### What it checks, in order").compactMap { line in
+        // `1. **Builds**, all at once, …`: the bold name after the number.
+        line.firstMatch(of: /^\d+\. \*\*([^*]+)\*\*/).map { String($0.1) }
+      }
+      #expect(steps.count >= 10, "found only \(steps) in .ci/run: is the parsing broken?")
+      #expect(
+        listed.map { $0.lowercased() } == steps.map { $0.lowercased() },
+        "CONTRIBUTING's \"What it checks, in order\" must name each step of .ci/run, in order")
     }
-    #expect(steps.count >= 10, "found only \(steps) in .ci/run: is the parsing broken?")
-    #expect(
-      listed.map { $0.lowercased() } == steps.map { $0.lowercased() },
-      "CONTRIBUTING's \"What it checks, in order\" must name each step of .ci/run, in order")
   }
 
   @Test("its list of builds names every build .ci/run starts, in order")
-  func buildList() throws {
-    let builds = try CIScript.buildNames()
-    let listed = try Contributing.section("### What it checks, in order").compactMap { line in
-      // `   - `debug`, with the tests;`: the name in backticks that starts a build's line.
-      line.firstMatch(of: /^   - `([^`]+)`/).map { String($0.1) }
+  func buildList() async throws {
+    try await offThePool {
+      let builds = try CIScript.buildNames()
+      let listed = try Contributing.section("### What it checks, in order").compactMap { line in
+        // `   - `debug`, with the tests;`: the name in backticks that starts a build's line.
+        line.firstMatch(of: /^   - `([^`]+)`/).map { String($0.1) }
+      }
+      #expect(builds.count >= 5, "found only \(builds) in .ci/run: is the parsing broken?")
+      #expect(listed == builds, "each build of .ci/run must start a line of CONTRIBUTING's list")
     }
-    #expect(builds.count >= 5, "found only \(builds) in .ci/run: is the parsing broken?")
-    #expect(listed == builds, "each build of .ci/run must start a line of CONTRIBUTING's list")
   }
 
   @Test("its commands for running one step by hand are headed by the steps' names, in order")
-  func commandsByHand() throws {
-    let steps = try CIScript.stepNames()
-    let headings = try Contributing.section("### Running one step by hand").compactMap { line in
-      // `# 2. Tests`, or `# 5. Static binaries: what it runs`.
-      line.firstMatch(of: /^# \d+\. ([^:(]+)/).map {
-        $0.1.trimmingCharacters(in: .whitespaces)
+  func commandsByHand() async throws {
+    try await offThePool {
+      let steps = try CIScript.stepNames()
+      let headings = try Contributing.section("### Running one step by hand").compactMap { line in
+        // `# 2. Tests`, or `# 5. Static binaries: what it runs`.
+        line.firstMatch(of: /^# \d+\. ([^:(]+)/).map {
+          $0.1.trimmingCharacters(in: .whitespaces)
+        }
       }
+      #expect(
+        headings.map { $0.lowercased() } == steps.map { $0.lowercased() },
+        "each step of .ci/run must head its commands in CONTRIBUTING, as `# 1. Name`, in order")
     }
-    #expect(
-      headings.map { $0.lowercased() } == steps.map { $0.lowercased() },
-      "each step of .ci/run must head its commands in CONTRIBUTING, as `# 1. Name`, in order")
   }
 }
 

@@ -11,8 +11,8 @@ struct GateMachineTests {
     "every mix of up to three callers, with hops, throws, cancellations and a freed token",
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: Model.Form.mixes(upTo: 3))
-  func everyMixOfUpToThreeCallers(forms: [Model.Form]) {
-    let exploration = Model.explore(forms)
+  func everyMixOfUpToThreeCallers(forms: [Model.Form]) async {
+    let exploration = await offThePool { Model.explore(forms) }
     #expect(exploration.violations == [], "\(forms)")
     // Waiters alone reach few states: nothing ever runs.
     #expect(exploration.states > (forms.contains(where: \.bringsAttempt) ? forms.count : 1))
@@ -24,10 +24,10 @@ struct GateMachineTests {
     .enabled(if: Exploration.isFull, "minutes long: MAINONCE_FULL_EXPLORATION=1 runs it"),
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: Model.Form.largerConfigurations)
-  func largerConfigurations(forms: [Model.Form]) async throws {
-    // Seconds of work each: on a thread of its own, one at a time, so that it never holds up
-    // the cooperative pool that the rest of the suite runs on (the smaller ones too).
-    let exploration = try #require(await onThread(timeout: .seconds(600)) { Model.explore(forms) })
+  func largerConfigurations(forms: [Model.Form]) async {
+    // Seconds of work each, one at a time, off the cooperative pool that the rest of the suite
+    // runs on (the smaller ones too).
+    let exploration = await offThePool { Model.explore(forms) }
     #expect(exploration.violations == [])
     #expect(exploration.states > 10_000)
   }
@@ -40,8 +40,8 @@ struct GateMachineTests {
     .enabled(if: !Exploration.isFull, "MAINONCE_FULL_EXPLORATION=1 runs the larger ones instead"),
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"),
     arguments: Model.Form.smallerConfigurations)
-  func smallerConfigurations(forms: [Model.Form]) async throws {
-    let exploration = try #require(await onThread(timeout: .seconds(60)) { Model.explore(forms) })
+  func smallerConfigurations(forms: [Model.Form]) async {
+    let exploration = await offThePool { Model.explore(forms) }
     #expect(exploration.violations == [])
     #expect(exploration.states > 1_000)
   }
@@ -49,9 +49,12 @@ struct GateMachineTests {
   @Test(
     "the table in the source and in the documentation is the transitions the machine makes",
     .enabled(if: !Sanitizers.areActive, "single-threaded and pure: a sanitizer adds only time"))
-  func tablesAreTheMachinesTransitions() throws {
-    var observed = Set<Model.Transition>()
-    for forms in Model.Form.mixes(upTo: 3) { observed.formUnion(Model.explore(forms).transitions) }
+  func tablesAreTheMachinesTransitions() async throws {
+    let observed = await offThePool {
+      Model.Form.mixes(upTo: 3).reduce(into: Set<Model.Transition>()) {
+        $0.formUnion(Model.explore($1).transitions)
+      }
+    }
     let machine = try packageFile("Sources/MainOnce/Engine/GateMachine.swift")
     let article = try packageFile("Sources/MainOnce/MainOnce.docc/HowATokenMoves.md")
     let inSource = Model.Transition.rows(in: machine, linePrefix: "// ")
@@ -61,22 +64,27 @@ struct GateMachineTests {
   }
 
   @Test("a broken machine is caught: a hop that is never sent leaves callers without a runner")
-  func explorationCatchesALostHop() {
-    let exploration = Model.explore([.workerBlocking, .workerBlocking], losesHops: true)
+  func explorationCatchesALostHop() async {
+    let exploration = await offThePool {
+      Model.explore([.workerBlocking, .workerBlocking], losesHops: true)
+    }
     #expect(exploration.violations.contains { $0.contains("never resolved") })
   }
 
   @Test("a broken world is caught: a waiting main thread that serves nothing strands callers")
-  func explorationCatchesAMainWaitThatDoesNotServe() {
-    let exploration = Model.explore([.mainWaiting, .workerBlocking], servesNothing: true)
+  func explorationCatchesAMainWaitThatDoesNotServe() async {
+    let exploration = await offThePool {
+      Model.explore([.mainWaiting, .workerBlocking], servesNothing: true)
+    }
     #expect(exploration.violations.contains { $0.contains("never resolved") })
   }
 
   @Test("a broken engine is caught: a serving wait woken only by the hops sent strands a caller")
-  func explorationCatchesAServingWaitWokenOnlyByHops() {
+  func explorationCatchesAServingWaitWokenOnlyByHops() async {
     // A thrown attempt, run by the wait, leaves its hop on its way: the next attempt sends none.
-    let exploration = Model.explore(
-      [.mainWaiting, .workerBlocking, .workerBlocking], wakesOnlyForHops: true)
+    let exploration = await offThePool {
+      Model.explore([.mainWaiting, .workerBlocking, .workerBlocking], wakesOnlyForHops: true)
+    }
     #expect(exploration.violations.contains { $0.contains("never resolved") })
   }
 }

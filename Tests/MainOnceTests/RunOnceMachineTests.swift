@@ -8,15 +8,15 @@ import Testing
 @Suite("runOnce(for:)'s state machine is safe and live in every reachable state")
 struct RunOnceMachineTests {
   @Test("one to five callers, every interleaving of arrivals, returns and throws", arguments: 1...5)
-  func everyInterleaving(callers: Int) {
-    let exploration = RunOnceModel.explore(callers: callers)
+  func everyInterleaving(callers: Int) async {
+    let exploration = await offThePool { RunOnceModel.explore(callers: callers) }
     #expect(exploration.violations == [])
     #expect(exploration.states >= callers * 2)
   }
 
   @Test("the table in the source is the transitions the machine makes")
-  func tableIsTheMachinesTransitions() throws {
-    let observed = RunOnceModel.explore(callers: 3).transitions
+  func tableIsTheMachinesTransitions() async throws {
+    let observed = await offThePool { RunOnceModel.explore(callers: 3).transitions }
     let source = try packageFile("Sources/MainOnce/PerObject/RunOnceMachine.swift")
     let inSource = Model.Transition.rows(in: source, linePrefix: "// ")
     #expect(inSource == observed, "missing: \(observed.subtracting(inSource))")
