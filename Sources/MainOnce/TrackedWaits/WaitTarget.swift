@@ -151,21 +151,65 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// The threads performing each unit of work, with how many times over (`perform` nests).
   private static let performers = Locked<[WorkID: [ThreadID: Int]]>([:])
 
-  /// What a wait for this target waits for now.
-  var blockers: Blockers {
+  /// What a wait for this target, by `waiter`, waits for now. `holdsMainQueue`: the wait began
+  /// in main context, as recorded where the main queue's owner cannot be read. `isSync`: the
+  /// wait of a `trackedSync`, for which libdispatch may hold links of the queue's chain for the
+  /// waiter already, while it waits for the next: those are no blockers.
+  ///
+  /// A queue's work runs only once every held serial link of its target chain is released, so
+  /// each link's holder is a sound blocker (the nearest is named), and a link the waiter holds
+  /// makes a semaphore or group wait one that only the waiter could end.
+  func blockers(of waiter: ThreadID, holdsMainQueue: Bool, isSync: Bool) -> Blockers {
     switch kind {
-    case .thread(let thread, _):
+    case .thread(let thread, let inDispatchWork):
+      // Captured in dispatch work, the thread may run another job that signals: no blocker.
+      if thread == waiter {
+        return inDispatchWork ? .none : .itself(reason: Self.onlyThisThread(""))
+      }
       return .thread(thread, reason: "")
     case .queue(let queue) where QueueOwnership.isMainQueue(queue):
-      return .mainQueue
+      guard !isSync else { return .mainQueue }
+      switch QueueOwnership.ownerOfMainQueue() {
+      case .thread(waiter):
+        return .itself(reason: Self.onlyThisThread(", which holds the main queue"))
+      case .unknown where holdsMainQueue:
+        return .itself(
+          reason: Self.onlyThisThread(", which held the main queue when it began to wait"))
+      default: return .mainQueue
+      }
     case .queue(let queue):
-      guard case .thread(let owner) = QueueOwnership.owner(of: queue) else { return .none }
-      return .thread(owner, reason: ", which runs that queue")
+      guard let chain = QueueOwnership.chain(of: queue) else { return .none }
+      if !isSync, let mine = chain.held.first(where: { $0.holder == waiter }) {
+        return .itself(reason: Self.onlyThisThread(Self.runs(mine)))
+      }
+      guard let nearest = chain.held.first(where: { $0.holder != waiter }) else { return .none }
+      return .thread(nearest.holder, reason: Self.runs(nearest))
     case .work(let id, _):
       let threads = Self.performers.withLock { $0[id].map { Array($0.keys) } ?? [] }
       return .anyOf(
         threads.sorted { $0.rawValue < $1.rawValue }, reason: ", which performs it")
     }
+  }
+
+  /// The end of "blocked by thread N …" for a wait only its own thread could end.
+  private static func onlyThisThread(_ holds: String) -> String {
+    " (itself)\(holds): only this thread could run what would end the wait"
+  }
+
+  /// The end of "blocked by thread N …" for the holder of `link`.
+  private static func runs(_ link: QueueOwnership.HeldLink) -> String {
+    if link.isMainQueue { return ", which holds the main queue" }
+    return link.isFirst
+      ? ", which runs that queue" : ", which runs \(link.name), a target of that queue"
+  }
+
+  /// What a report naming a wait for this target should add: where the walk of a queue's target
+  /// chain stopped, and why.
+  var chainNote: String? {
+    guard case .queue(let queue) = kind, !QueueOwnership.isMainQueue(queue),
+      let stop = QueueOwnership.chain(of: queue)?.stop
+    else { return nil }
+    return "MainOnce reads \(self)'s target chain no further: \(stop)"
   }
 
   /// Why a deadlock through a wait for this target is not proven, as the end of "… waits for

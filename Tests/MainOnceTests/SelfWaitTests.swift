@@ -1,0 +1,395 @@
+import Dispatch
+import Foundation
+import MainOnceFixtureSupport
+import Testing
+
+@testable import MainOnce
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Every wait seen: a tracked wait for what only the waiting thread could run (the main queue
+/// from main context, a queue it runs, itself) is a proof on its own, and a queue's target chain
+/// is part of what a wait for the queue waits for. Each shape runs in an exit test's process:
+/// one that must be stopped, with its message checked; one that must recover, to its end.
+@Suite("Self-waits and target chains")
+struct SelfWaitTests {
+  /// A deadlock through a wait for a target that only the waiting thread could run, or that
+  /// waits behind its target.
+  enum Stopped: String, CaseIterable, Sendable {
+    /// Main-queue code waits for the main queue, whose block would signal.
+    case mainQueueFromMain
+    /// As `mainQueueFromMain`, with `MAINONCE_PROC=off`: no part of the proof reads `/proc`.
+    case mainQueueFromMainWithoutProc
+    /// As `mainQueueFromMain`, under the `service` policy, which cannot break it.
+    case mainQueueFromMainUnderService
+    /// A block on a serial queue waits for that queue, whose next block would signal.
+    case ownQueue
+    /// A `Thread` waits for `.currentThread` captured on itself.
+    case ownThread
+    /// Main-queue code waits for a queue that targets the main queue.
+    case queueTargetingMain
+    /// Main-queue code blocks in `runOnce(for:)`, whose body, on a worker, waits for a queue
+    /// that targets the main queue.
+    case initializerWaitsForQueueTargetingMain
+    /// Main-queue code waits for a queue whose target's running block waits in `onceOnMain`.
+    case queueBehindItsTarget
+  }
+
+  /// Waits that look like a self-wait or a blocked chain for a while, and end.
+  enum Recovers: String, CaseIterable, Sendable {
+    /// A wait for work that the waiter performs, signalled by another thread.
+    case workPerformedByWaiter
+    /// Main-queue code in `trackedSync` on a queue whose target runs a long block.
+    case trackedSyncBehindBusyChain
+    /// Main-queue code waits for an inactive queue that targets the main queue, until another
+    /// thread retargets and activates it.
+    case inactiveQueue
+    /// Dispatch work waits for `.currentThread` captured in itself; another job signals.
+    case currentThreadInDispatchWork
+    /// Main-queue code waits for a queue whose signal is submitted late.
+    case lateSignal
+    /// Main-queue code waits for a suspended queue, resumed later.
+    case suspendedQueue
+    /// Main-queue code waits for a queue whose target runs a long block, then signals.
+    case busyOwner
+  }
+
+  private static let file = "MainOnceTests/SelfWaitTests.swift"
+
+  @Test(
+    "a wait that only its own thread, or a held link of its queue's chain, could end is stopped",
+    arguments: Stopped.allCases)
+  func stopped(_ shape: Stopped) async {
+    #if compiler(>=6.2)
+      // One exit test per argument: before Swift 6.3 an exit test cannot capture a value.
+      let result: ExitTest.Result?
+      switch shape {
+      case .mainQueueFromMain:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.mainQueueFromMain)
+        }
+      case .mainQueueFromMainWithoutProc:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.mainQueueFromMainWithoutProc)
+        }
+      case .mainQueueFromMainUnderService:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.mainQueueFromMainUnderService)
+        }
+      case .ownQueue:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.ownQueue)
+        }
+      case .ownThread:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.ownThread)
+        }
+      case .queueTargetingMain:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.queueTargetingMain)
+        }
+      case .initializerWaitsForQueueTargetingMain:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.initializerWaitsForQueueTargetingMain)
+        }
+      case .queueBehindItsTarget:
+        result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+          try await Self.stopped(.queueBehindItsTarget)
+        }
+      }
+    #else
+      let result = await expectProcessExit(.failure, argument: shape.rawValue) {
+        try await Self.stopped(shape)
+      }
+    #endif
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    let lines = stoppingReport(in: text, from: Self.file) ?? []
+    #expect(lines.first == "MainOnce: deadlock detected", "\(text)")
+    let edges = lines.dropFirst().prefix { $0.hasPrefix("  thread ") }
+    let call = " in DispatchSemaphore.wait(for:) at \(Self.file):"
+    #expect(edges.contains { $0.contains(call) }, "\(text)")
+    let onlyItself = "(itself)"
+    let only = ": only this thread could run what would end the wait"
+    switch shape {
+    case .mainQueueFromMain, .mainQueueFromMainWithoutProc, .mainQueueFromMainUnderService:
+      #expect(
+        edges.contains {
+          $0.contains("waits for the main queue\(call)")
+            && $0.hasSuffix("\(onlyItself), which holds the main queue\(only)")
+        }, "\(text)")
+      if shape == .mainQueueFromMainUnderService {
+        #expect(
+          lines.contains(
+            "  the service policy cannot break this cycle: no MainOnce initializer on it waits"
+              + " to run on the main queue"), "\(text)")
+      }
+    case .ownQueue:
+      #expect(
+        edges.contains {
+          $0.contains("waits for queue \"self-wait.own\"\(call)")
+            && $0.hasSuffix("\(onlyItself), which runs that queue\(only)")
+        }, "\(text)")
+    case .ownThread:
+      #expect(edges.contains { $0.hasSuffix(" \(onlyItself)\(only)") }, "\(text)")
+    case .queueTargetingMain:
+      #expect(
+        edges.contains {
+          $0.contains("waits for queue \"self-wait.on-main\"\(call)")
+            && $0.hasSuffix("\(onlyItself), which holds the main queue\(only)")
+        }, "\(text)")
+    case .initializerWaitsForQueueTargetingMain:
+      #expect(edges.count == 2, "\(text)")
+      #expect(
+        edges.contains {
+          $0.contains("waits for queue \"self-wait.on-main\"\(call)")
+            && $0.hasSuffix(", which holds the main queue")
+        }, "\(text)")
+    case .queueBehindItsTarget:
+      #expect(edges.count == 2, "\(text)")
+      #expect(
+        edges.contains {
+          $0.contains("waits for queue \"self-wait.front\"\(call)")
+            && $0.hasSuffix(", which runs queue \"self-wait.behind\", a target of that queue")
+        }, "\(text)")
+    }
+    if [.mainQueueFromMain, .ownQueue, .ownThread, .queueTargetingMain].contains(shape) {
+      #expect(lines.contains { $0.hasPrefix("hint: a thread waits for work that only it") })
+    }
+  }
+
+  @Test(
+    "a wait that looks blocked for a while and then ends is never stopped",
+    arguments: Recovers.allCases)
+  func recovers(_ shape: Recovers) async {
+    #if compiler(>=6.2)
+      let result: ExitTest.Result?
+      switch shape {
+      case .workPerformedByWaiter:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.workPerformedByWaiter)
+        }
+      case .trackedSyncBehindBusyChain:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.trackedSyncBehindBusyChain)
+        }
+      case .inactiveQueue:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.inactiveQueue)
+        }
+      case .currentThreadInDispatchWork:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.currentThreadInDispatchWork)
+        }
+      case .lateSignal:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.lateSignal)
+        }
+      case .suspendedQueue:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.suspendedQueue)
+        }
+      case .busyOwner:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.recovers(.busyOwner)
+        }
+      }
+    #else
+      let result = await expectProcessExit(.success, argument: shape.rawValue) {
+        try await Self.recovers(shape)
+      }
+    #endif
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("DONE \(shape.rawValue)"), "\(text)")
+    #expect(!text.contains("deadlock detected"), "\(text)")
+  }
+}
+
+/// Tokens of the shapes, one per process.
+private enum SelfWaitTokens {
+  static let hop = MainOnceToken("self-wait hop")
+}
+
+/// The call site of `runOnce(for:)` that both of a shape's callers reach.
+private func oneStep(for object: AnyObject, _ body: () -> Void) {
+  runOnce(for: object, body)
+}
+
+private final class Site: Sendable {}
+
+/// Writes a line to standard error at once (an exit test's output must survive `exit`).
+private func note(_ line: String) {
+  FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+extension SelfWaitTests {
+  /// The body of an exit test of `stopped`, in the exit test's process: it never returns.
+  fileprivate static func stopped(_ shape: Stopped) async throws {
+    if shape == .mainQueueFromMainWithoutProc { setenv("MAINONCE_PROC", "off", 1) }
+    if shape == .mainQueueFromMainUnderService { DeadlockDetection.cycles = .service }
+    boundExitTest()
+    let never = DispatchSemaphore(value: 0)
+    switch shape {
+    case .mainQueueFromMain, .mainQueueFromMainWithoutProc, .mainQueueFromMainUnderService:
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.main.async { done.signal() }
+        done.wait(for: .queue(.main))
+      }
+    case .ownQueue:
+      let queue = DispatchQueue(label: "self-wait.own")
+      queue.async {
+        let done = DispatchSemaphore(value: 0)
+        queue.async { done.signal() }
+        done.wait(for: .queue(queue))
+      }
+    case .ownThread:
+      Thread {
+        let me = WaitTarget.currentThread
+        DispatchSemaphore(value: 0).wait(for: me)
+      }.start()
+    case .queueTargetingMain:
+      let queue = DispatchQueue(label: "self-wait.on-main", target: .main)
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        queue.async { done.signal() }
+        done.wait(for: .queue(queue))
+      }
+    case .initializerWaitsForQueueTargetingMain:
+      let queue = DispatchQueue(label: "self-wait.on-main", target: .main)
+      let site = Site()
+      DispatchQueue.main.async {
+        let bodyRuns = DispatchSemaphore(value: 0)
+        Thread {
+          oneStep(for: site) {
+            let done = DispatchSemaphore(value: 0)
+            queue.async { done.signal() }
+            bodyRuns.signal()
+            done.wait(for: .queue(queue))
+          }
+        }.start()
+        _ = bodyRuns.wait(timeout: .now() + TimeScale.seconds(5))
+        oneStep(for: site) {}
+      }
+    case .queueBehindItsTarget:
+      let behind = DispatchQueue(label: "self-wait.behind")
+      let front = DispatchQueue(label: "self-wait.front", target: behind)
+      DispatchQueue.main.async {
+        let running = DispatchSemaphore(value: 0)
+        behind.async {
+          running.signal()
+          onceOnMain(token: SelfWaitTokens.hop) {}
+        }
+        _ = running.wait(timeout: .now() + TimeScale.seconds(5))
+        let done = DispatchSemaphore(value: 0)
+        front.async { done.signal() }
+        done.wait(for: .queue(front))
+      }
+    }
+    never.wait()
+  }
+
+  /// The body of an exit test of `recovers`, in the exit test's process: it returns once the
+  /// shape's wait has ended. Each looks blocked for 300 ms at least: long enough for the
+  /// detector to stop it, had it a proof.
+  fileprivate static func recovers(_ shape: Recovers) async throws {
+    boundExitTest()
+    let pause = useconds_t(300_000)
+    let ended = DispatchSemaphore(value: 0)
+    switch shape {
+    case .workPerformedByWaiter:
+      Thread {
+        let job = WaitTarget.work("job")
+        job.perform {
+          let done = DispatchSemaphore(value: 0)
+          Thread {
+            usleep(pause)
+            done.signal()
+          }.start()
+          done.wait(for: job)
+        }
+        ended.signal()
+      }.start()
+    case .trackedSyncBehindBusyChain:
+      let behind = DispatchQueue(label: "self-wait.busy")
+      let front = DispatchQueue(label: "self-wait.front", target: behind)
+      let running = DispatchSemaphore(value: 0)
+      behind.async {
+        running.signal()
+        usleep(pause)
+      }
+      _ = running.wait(timeout: .now() + TimeScale.seconds(5))
+      DispatchQueue.main.async {
+        front.trackedSync {}
+        ended.signal()
+      }
+    case .inactiveQueue:
+      let queue = DispatchQueue(
+        label: "self-wait.inactive", attributes: .initiallyInactive, target: .main)
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        queue.async { done.signal() }
+        Thread {
+          usleep(pause)
+          queue.setTarget(queue: DispatchQueue(label: "self-wait.elsewhere"))
+          queue.activate()
+        }.start()
+        done.wait(for: .queue(queue))
+        ended.signal()
+      }
+    case .currentThreadInDispatchWork:
+      DispatchQueue.global().async {
+        let me = WaitTarget.currentThread
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+          usleep(pause)
+          done.signal()
+        }
+        done.wait(for: me)
+        ended.signal()
+      }
+    case .lateSignal:
+      let behind = DispatchQueue(label: "self-wait.behind")
+      let front = DispatchQueue(label: "self-wait.front", target: behind)
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+          usleep(pause)
+          front.async { done.signal() }
+        }.start()
+        done.wait(for: .queue(front))
+        ended.signal()
+      }
+    case .suspendedQueue:
+      let queue = DispatchQueue(label: "self-wait.suspended")
+      queue.suspend()
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        queue.async { done.signal() }
+        Thread {
+          usleep(pause)
+          queue.resume()
+        }.start()
+        done.wait(for: .queue(queue))
+        ended.signal()
+      }
+    case .busyOwner:
+      let behind = DispatchQueue(label: "self-wait.busy")
+      let front = DispatchQueue(label: "self-wait.front", target: behind)
+      DispatchQueue.main.async {
+        let done = DispatchSemaphore(value: 0)
+        front.async { usleep(pause) }
+        behind.async { usleep(pause) }
+        front.async { done.signal() }
+        done.wait(for: .queue(front))
+        ended.signal()
+      }
+    }
+    guard ended.wait(timeout: .now() + TimeScale.seconds(8)) == .success else {
+      note("HUNG \(shape.rawValue)")
+      exit(4)
+    }
+    note("DONE \(shape.rawValue)")
+  }
+}
