@@ -57,6 +57,20 @@ struct SelfWaitTests {
     case busyOwner
   }
 
+  /// The thread in a stalled initializer's way (the main queue's holder) is in a tracked wait.
+  enum InTrackedWait: String, CaseIterable, Sendable {
+    /// A semaphore wait with a deadline.
+    case timed
+    /// A semaphore wait for work, which a thread that does not perform it may end.
+    case open
+    /// A semaphore wait with a deadline for a queue whose target is inactive: the report says
+    /// where MainOnce stopped reading the queue's chain, and why.
+    case inactiveLink
+    /// A `trackedSync` behind a long block: the holder does not run at all for a whole stall
+    /// timeout, and is reported again as stuck.
+    case stuck
+  }
+
   private static let file = "MainOnceTests/SelfWaitTests.swift"
 
   @Test(
@@ -205,6 +219,118 @@ struct SelfWaitTests {
     #expect(text.contains("DONE \(shape.rawValue)"), "\(text)")
     // Neither stopped nor reported as a possible deadlock.
     #expect(!text.contains("deadlock"), "\(text)")
+  }
+}
+
+extension SelfWaitTests {
+  @Test(
+    "a stall behind a tracked wait says waiting goes on until it ends, and why it is not proven",
+    arguments: InTrackedWait.allCases)
+  func stallBehindTrackedWait(_ shape: InTrackedWait) async {
+    #if compiler(>=6.2)
+      let result: ExitTest.Result?
+      switch shape {
+      case .timed:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.stallBehindTrackedWait(.timed)
+        }
+      case .open:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.stallBehindTrackedWait(.open)
+        }
+      case .inactiveLink:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.stallBehindTrackedWait(.inactiveLink)
+        }
+      case .stuck:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.stallBehindTrackedWait(.stuck)
+        }
+      }
+    #else
+      let result = await expectProcessExit(.success, argument: shape.rawValue) {
+        try await Self.stallBehindTrackedWait(shape)
+      }
+    #endif
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("DONE"), "\(text)")
+    #expect(text.contains("REPORT MainOnce: "), "\(text)")
+    #expect(text.contains("hint: waiting goes on until that wait ends"), "\(text)")
+    #expect(!text.contains("make that wait a tracked wait"), "\(text)")
+    let cannot = "MainOnce cannot prove a cycle through that wait: "
+    switch shape {
+    case .timed:
+      #expect(text.contains(cannot + "it has a deadline, and ends by itself"), "\(text)")
+    case .open:
+      #expect(
+        text.contains(
+          cannot + "it waits for work \"loader\", which a thread that does not perform it now"
+            + " may still end"), "\(text)")
+    case .inactiveLink:
+      #expect(
+        text.contains(
+          "waits for queue \"self-wait.front\" in DispatchSemaphore.wait(for:timeout:) at"
+            + " \(Self.file):"), "\(text)")
+      #expect(
+        text.contains(
+          " (MainOnce reads queue \"self-wait.front\"'s target chain no further: queue"
+            + " \"self-wait.inactive\" is inactive: its target may still change)"), "\(text)")
+    case .stuck:
+      #expect(text.contains("it has not run at all in the last"), "\(text)")
+      #expect(!text.contains(cannot), "\(text)")
+    }
+  }
+
+  /// The body of an exit test of `stallBehindTrackedWait`: main-queue code blocks in the
+  /// shape's tracked wait for 1.2 s (scaled) while a worker waits in `onceOnMain`; every stall
+  /// report goes to standard error, and the process ends once the worker returns.
+  fileprivate static func stallBehindTrackedWait(_ shape: InTrackedWait) async throws {
+    boundExitTest()
+    DeadlockDetection.stalls = .report(after: .milliseconds(200))
+    DeadlockDetection.reportHandler = { report in
+      FileHandle.standardError.write(Data("REPORT \(report.text)\n".utf8))
+    }
+    let hold = TimeScale.seconds(1.2)
+    let ended = DispatchSemaphore(value: 0)
+    let behind = DispatchQueue(label: "self-wait.held")
+    let running = DispatchSemaphore(value: 0)
+    if shape == .stuck {
+      behind.async {
+        running.signal()
+        usleep(useconds_t(hold * 1_000_000))
+      }
+      _ = running.wait(timeout: .now() + TimeScale.seconds(5))
+    }
+    DispatchQueue.main.async {
+      Thread {
+        onceOnMain(token: SelfWaitTokens.hop) {}
+        ended.signal()
+      }.start()
+      switch shape {
+      case .timed:
+        _ = DispatchSemaphore(value: 0).wait(for: .queue(behind), timeout: .now() + hold)
+      case .open:
+        let loader = WaitTarget.work("loader")
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+          usleep(useconds_t(hold * 1_000_000))
+          done.signal()
+        }.start()
+        done.wait(for: loader)
+      case .inactiveLink:
+        let inactive = DispatchQueue(label: "self-wait.inactive", attributes: .initiallyInactive)
+        let front = DispatchQueue(label: "self-wait.front", target: inactive)
+        _ = DispatchSemaphore(value: 0).wait(for: .queue(front), timeout: .now() + hold)
+        inactive.activate()  // releasing an inactive queue traps
+      case .stuck:
+        behind.trackedSync {}
+      }
+    }
+    guard ended.wait(timeout: .now() + TimeScale.seconds(8)) == .success else {
+      note("HUNG")
+      exit(4)
+    }
+    note("DONE")
   }
 }
 
