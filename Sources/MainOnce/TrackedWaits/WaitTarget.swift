@@ -17,6 +17,8 @@ internal import _CMainOnceShims
 /// | Target | Contract: the wait is ended by | A deadlock through it |
 /// | --- | --- | --- |
 /// | ``queue(_:file:line:)`` of a serial queue | work running on that queue | is proven: only the thread running the queue can run that work |
+/// | ``queue(_:file:line:)`` of a queue made with a target, active | work running on that queue, once every serial queue up its target chain is free | is proven through the chain, up to an inactive or retargetable link or a concurrent queue |
+/// | the main queue from main context, a queue the waiter runs (or one on its chain), ``currentThread`` captured on the waiter outside dispatch work | work only the waiting thread could run | is proven by the wait alone |
 /// | ``currentThread``, captured on a thread of the program's own | code on that thread | is proven: the thread runs one thing after another |
 /// | ``currentThread``, captured in dispatch work (a queue's block, a `Task`) | code on that thread | is reported: the pool thread may run other jobs, and another thread may run the one that signals |
 /// | ``work(_:)`` | whichever thread does the work, whenever | is reported: a thread that does not perform it now may still end the wait |
@@ -57,8 +59,10 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// another, so while it is blocked, nothing on it can signal. Captured in dispatch work (a
   /// block on a queue, a `Task`, an iteration of `concurrentPerform`), the thread is one of
   /// libdispatch's pool: it may run other jobs later, while the job that signals runs on
-  /// another thread, so a deadlock through such a wait is only reported. To have it stopped,
-  /// wait for the serial queue whose work signals instead (``queue(_:file:line:)``).
+  /// another thread, so a deadlock through such a wait is only reported. A thread of the
+  /// program's own that waits for its own target waits for itself, and is stopped. To have a
+  /// deadlock through dispatch work stopped, wait for the serial queue whose work signals
+  /// instead (``queue(_:file:line:)``).
   public static var currentThread: WaitTarget {
     let thread = ThreadRecord.current.id
     // The main thread runs only the program's own code, also while it serves the main queue.
@@ -72,7 +76,10 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// Its contract: work on `queue` ends a wait for it (a block that signals). A deadlock
   /// through such a wait is proven and stopped: while the thread running `queue` is blocked,
   /// no other work of the queue can run. `DispatchQueue.main` names the thread that holds the
-  /// main queue. A concurrent queue is rejected with a message: it does not name one thread.
+  /// main queue. The queue's work also waits for every serial queue up its target chain (a
+  /// queue made with `target:`), up to an inactive or retargetable link or a concurrent queue,
+  /// where MainOnce stops reading. A wait for what only the waiting thread could run (the main
+  /// queue from main context, a queue whose work the waiter runs) is stopped on its own. A concurrent queue is rejected with a message: it does not name one thread.
   /// Without queue introspection (see <doc:MainOnLinux>) MainOnce cannot read who runs a queue
   /// other than the main queue, and such a wait is on no deadlock it can see.
   ///
