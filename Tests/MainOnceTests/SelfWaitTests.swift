@@ -76,47 +76,47 @@ struct SelfWaitTests {
   @Test(
     "a wait that only its own thread, or a held link of its queue's chain, could end is stopped",
     arguments: Stopped.allCases)
-  func stopped(_ shape: Stopped) async {
+  func selfWaitOrChainIsStopped(_ shape: Stopped) async {
     #if compiler(>=6.2)
       // One exit test per argument: before Swift 6.3 an exit test cannot capture a value.
       let result: ExitTest.Result?
       switch shape {
       case .mainQueueFromMain:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.mainQueueFromMain)
+          try await Self.stoppedInItsProcess(.mainQueueFromMain)
         }
       case .mainQueueFromMainWithoutProc:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.mainQueueFromMainWithoutProc)
+          try await Self.stoppedInItsProcess(.mainQueueFromMainWithoutProc)
         }
       case .mainQueueFromMainUnderService:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.mainQueueFromMainUnderService)
+          try await Self.stoppedInItsProcess(.mainQueueFromMainUnderService)
         }
       case .ownQueue:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.ownQueue)
+          try await Self.stoppedInItsProcess(.ownQueue)
         }
       case .ownThread:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.ownThread)
+          try await Self.stoppedInItsProcess(.ownThread)
         }
       case .queueTargetingMain:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.queueTargetingMain)
+          try await Self.stoppedInItsProcess(.queueTargetingMain)
         }
       case .initializerWaitsForQueueTargetingMain:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.initializerWaitsForQueueTargetingMain)
+          try await Self.stoppedInItsProcess(.initializerWaitsForQueueTargetingMain)
         }
       case .queueBehindItsTarget:
         result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
-          try await Self.stopped(.queueBehindItsTarget)
+          try await Self.stoppedInItsProcess(.queueBehindItsTarget)
         }
       }
     #else
       let result = await expectProcessExit(.failure, argument: shape.rawValue) {
-        try await Self.stopped(shape)
+        try await Self.stoppedInItsProcess(shape)
       }
     #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
@@ -177,42 +177,42 @@ struct SelfWaitTests {
   @Test(
     "a wait that looks blocked for a while and then ends is never stopped",
     arguments: Recovers.allCases)
-  func recovers(_ shape: Recovers) async {
+  func lookingBlockedRecovers(_ shape: Recovers) async {
     #if compiler(>=6.2)
       let result: ExitTest.Result?
       switch shape {
       case .workPerformedByWaiter:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.workPerformedByWaiter)
+          try await Self.recoversInItsProcess(.workPerformedByWaiter)
         }
       case .trackedSyncBehindBusyChain:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.trackedSyncBehindBusyChain)
+          try await Self.recoversInItsProcess(.trackedSyncBehindBusyChain)
         }
       case .inactiveQueue:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.inactiveQueue)
+          try await Self.recoversInItsProcess(.inactiveQueue)
         }
       case .currentThreadInDispatchWork:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.currentThreadInDispatchWork)
+          try await Self.recoversInItsProcess(.currentThreadInDispatchWork)
         }
       case .lateSignal:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.lateSignal)
+          try await Self.recoversInItsProcess(.lateSignal)
         }
       case .suspendedQueue:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.suspendedQueue)
+          try await Self.recoversInItsProcess(.suspendedQueue)
         }
       case .busyOwner:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.recovers(.busyOwner)
+          try await Self.recoversInItsProcess(.busyOwner)
         }
       }
     #else
       let result = await expectProcessExit(.success, argument: shape.rawValue) {
-        try await Self.recovers(shape)
+        try await Self.recoversInItsProcess(shape)
       }
     #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
@@ -226,30 +226,30 @@ extension SelfWaitTests {
   @Test(
     "a stall behind a tracked wait says waiting goes on until it ends, and why it is not proven",
     arguments: InTrackedWait.allCases)
-  func stallBehindTrackedWait(_ shape: InTrackedWait) async {
+  func stallBehindTrackedWaitSaysSo(_ shape: InTrackedWait) async {
     #if compiler(>=6.2)
       let result: ExitTest.Result?
       switch shape {
       case .timed:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.stallBehindTrackedWait(.timed)
+          try await Self.stallBehindTrackedWaitInItsProcess(.timed)
         }
       case .open:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.stallBehindTrackedWait(.open)
+          try await Self.stallBehindTrackedWaitInItsProcess(.open)
         }
       case .inactiveLink:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.stallBehindTrackedWait(.inactiveLink)
+          try await Self.stallBehindTrackedWaitInItsProcess(.inactiveLink)
         }
       case .stuck:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
-          try await Self.stallBehindTrackedWait(.stuck)
+          try await Self.stallBehindTrackedWaitInItsProcess(.stuck)
         }
       }
     #else
       let result = await expectProcessExit(.success, argument: shape.rawValue) {
-        try await Self.stallBehindTrackedWait(shape)
+        try await Self.stallBehindTrackedWaitInItsProcess(shape)
       }
     #endif
     let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
@@ -281,10 +281,10 @@ extension SelfWaitTests {
     }
   }
 
-  /// The body of an exit test of `stallBehindTrackedWait`: main-queue code blocks in the
+  /// The body of an exit test of `stallBehindTrackedWaitSaysSo`: main-queue code blocks in the
   /// shape's tracked wait for 1.2 s (scaled) while a worker waits in `onceOnMain`; every stall
   /// report goes to standard error, and the process ends once the worker returns.
-  fileprivate static func stallBehindTrackedWait(_ shape: InTrackedWait) async throws {
+  fileprivate static func stallBehindTrackedWaitInItsProcess(_ shape: InTrackedWait) async throws {
     boundExitTest()
     DeadlockDetection.stalls = .report(after: .milliseconds(200))
     DeadlockDetection.reportHandler = { report in
@@ -352,8 +352,8 @@ private func note(_ line: String) {
 }
 
 extension SelfWaitTests {
-  /// The body of an exit test of `stopped`, in the exit test's process: it never returns.
-  fileprivate static func stopped(_ shape: Stopped) async throws {
+  /// The body of an exit test of `selfWaitOrChainIsStopped`, in the exit test's process: it never returns.
+  fileprivate static func stoppedInItsProcess(_ shape: Stopped) async throws {
     if shape == .mainQueueFromMainWithoutProc { setenv("MAINONCE_PROC", "off", 1) }
     if shape == .mainQueueFromMainUnderService { DeadlockDetection.cycles = .service }
     boundExitTest()
@@ -418,10 +418,10 @@ extension SelfWaitTests {
     never.wait()
   }
 
-  /// The body of an exit test of `recovers`, in the exit test's process: it returns once the
+  /// The body of an exit test of `lookingBlockedRecovers`, in the exit test's process: it returns once the
   /// shape's wait has ended. Each looks blocked for 300 ms at least: long enough for the
   /// detector to stop it, had it a proof.
-  fileprivate static func recovers(_ shape: Recovers) async throws {
+  fileprivate static func recoversInItsProcess(_ shape: Recovers) async throws {
     boundExitTest()
     let pause = useconds_t(300_000)
     let ended = DispatchSemaphore(value: 0)
