@@ -63,6 +63,8 @@ struct SelfWaitTests {
     case timed
     /// A semaphore wait for work, which a thread that does not perform it may end.
     case open
+    /// The initializer's runner, on the main queue, is in a semaphore wait with a deadline.
+    case runner
     /// A semaphore wait with a deadline for a queue whose target is inactive: the report says
     /// where MainOnce stopped reading the queue's chain, and why.
     case inactiveLink
@@ -238,6 +240,10 @@ extension SelfWaitTests {
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
           try await Self.stallBehindTrackedWaitInItsProcess(.open)
         }
+      case .runner:
+        result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
+          try await Self.stallBehindTrackedWaitInItsProcess(.runner)
+        }
       case .inactiveLink:
         result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
           try await Self.stallBehindTrackedWaitInItsProcess(.inactiveLink)
@@ -260,6 +266,9 @@ extension SelfWaitTests {
     let cannot = "MainOnce cannot prove a cycle through that wait: "
     switch shape {
     case .timed:
+      #expect(text.contains(cannot + "it has a deadline, and ends by itself"), "\(text)")
+    case .runner:
+      #expect(text.contains("the initializer has run on thread "), "\(text)")
       #expect(text.contains(cannot + "it has a deadline, and ends by itself"), "\(text)")
     case .open:
       #expect(
@@ -301,7 +310,16 @@ extension SelfWaitTests {
       }
       _ = running.wait(timeout: .now() + TimeScale.seconds(5))
     }
+    if shape == .runner {
+      Thread {
+        onceOnMain(token: SelfWaitTokens.hop) {
+          _ = DispatchSemaphore(value: 0).wait(for: .queue(behind), timeout: .now() + hold)
+        }
+        ended.signal()
+      }.start()
+    }
     DispatchQueue.main.async {
+      guard shape != .runner else { return }
       Thread {
         onceOnMain(token: SelfWaitTokens.hop) {}
         ended.signal()
@@ -324,6 +342,8 @@ extension SelfWaitTests {
         inactive.activate()  // releasing an inactive queue traps
       case .stuck:
         behind.trackedSync {}
+      case .runner:
+        break
       }
     }
     guard ended.wait(timeout: .now() + TimeScale.seconds(8)) == .success else {
