@@ -27,6 +27,11 @@ struct dispatch_queue_s;
 extern struct dispatch_queue_s _dispatch_main_q;
 extern struct dispatch_queue_s *_Nullable dispatch_queue_create(const char *_Nullable label,
                                                                 void *_Nullable attributes);
+extern struct dispatch_queue_s *_Nullable dispatch_queue_create_with_target(
+    const char *_Nullable label, void *_Nullable attributes,
+    struct dispatch_queue_s *_Nullable target);
+extern void *dispatch_queue_attr_make_initially_inactive(void *_Nullable attributes);
+extern void dispatch_activate(void *object);
 extern void dispatch_sync_f(struct dispatch_queue_s *queue, void *_Nullable context,
                             void (*work)(void *_Nullable));
 extern const char *_Nullable dispatch_queue_get_label(struct dispatch_queue_s *_Nullable queue);
@@ -49,7 +54,9 @@ enum {
   FlagsOffset = 80,         // uint32_t dq_atomic_flags: dq_width in the low 16 bits
 };
 static const uint64_t OwnerMask = 0x3fffffff;
-static const uint32_t ThreadBoundFlag = 0x00040000;  // DQF_THREAD_BOUND
+static const uint64_t InactiveBit = 0x0100000000000000ull;  // DISPATCH_QUEUE_INACTIVE in dq_state
+static const uint32_t ThreadBoundFlag = 0x00040000;         // DQF_THREAD_BOUND
+static const uint32_t MutableFlag = 0x00400000;  // DQF_MUTABLE: made by dispatch_queue_create
 
 static const char *label_field(const void *queue) {
   return *(const char *const *)((const char *)queue + LabelOffset);
@@ -197,6 +204,23 @@ bool mainonce_queue_is_serial(const void *queue) {
 #endif
 }
 
+int32_t mainonce_queue_target_mutability(const void *queue) {
+#if MAINONCE_KNOWS_QUEUE_LAYOUT
+  // Acquiring: activation clears the inactive bit after the target is set, and a target read
+  // after seeing it clear is the one the queue runs with. Both transitions go one way only
+  // (active stays active; libdispatch never sets DQF_MUTABLE after creation), so a queue read
+  // active and not retargetable stays so.
+  const uint64_t *state = (const uint64_t *)((const char *)queue + StateOffset);
+  if ((__atomic_load_n(state, __ATOMIC_ACQUIRE) & InactiveBit) != 0) return 1;
+  const uint32_t *flags = (const uint32_t *)((const char *)queue + FlagsOffset);
+  if ((__atomic_load_n(flags, __ATOMIC_ACQUIRE) & MutableFlag) != 0) return 2;
+  return 0;
+#else
+  (void)queue;
+  return 1;
+#endif
+}
+
 const char *mainonce_queue_label(const void *queue) {
 #if MAINONCE_KNOWS_QUEUE_LAYOUT
   return label_field(queue);
@@ -282,6 +306,33 @@ int32_t mainonce_queue_layout_self_test(void) {
         if (target_field(inner) != queue) failed = 13;
       }
       dispatch_release(inner);
+    }
+  }
+  // Whether a target can change: queues made by dispatch_queue_create are retargetable; one made
+  // with its target is not, and one made inactive reads inactive until it is activated.
+  if (failed == 0 && mainonce_queue_target_mutability(queue) != 2) failed = 14;
+  if (failed == 0 && mainonce_queue_target_mutability(main) != 0) failed = 15;
+  if (failed == 0) {
+    struct dispatch_queue_s *fixed =
+        dispatch_queue_create_with_target("mainonce.layout-self-test.fixed", NULL, queue);
+    if (fixed == NULL || mainonce_queue_target_mutability(fixed) != 0 ||
+        target_field(fixed) != queue) {
+      failed = 16;
+    }
+    if (fixed != NULL) dispatch_release(fixed);
+  }
+  if (failed == 0) {
+    struct dispatch_queue_s *inactive = dispatch_queue_create_with_target(
+        "mainonce.layout-self-test.inactive", dispatch_queue_attr_make_initially_inactive(NULL),
+        queue);
+    if (inactive == NULL) {
+      failed = 17;
+    } else {
+      // Activated before it is released, whatever it read: releasing an inactive queue traps.
+      bool readInactive = mainonce_queue_target_mutability(inactive) == 1;
+      dispatch_activate(inactive);
+      if (!readInactive || mainonce_queue_target_mutability(inactive) != 0) failed = 17;
+      dispatch_release(inactive);
     }
   }
   dispatch_release(queue);

@@ -43,12 +43,16 @@ extension DeadlockReport {
       $0.holdsMainQueue || $0.reason == ", which holds the main queue"
     }
     lines.append(
-      involvesMainQueue
-        ? "hint: code that holds the main queue must not block on work that needs the main"
-          + " queue. Use `await onceOnMain(token:)` or the completion form, which never block a"
-          + " thread, or run the initializer before the main queue starts waiting."
-        : "hint: each of these waits can end only after the next one has: none ever will. Don't"
-          + " wait, inside once-only work, for work that waits for it.")
+      edges.contains(where: \.waitsForItself)
+        ? "hint: a thread waits for work that only it could run, and runs nothing while it waits:"
+          + " run that work directly instead of waiting for it, or wait for a queue or thread that"
+          + " is free to run it"
+        : involvesMainQueue
+          ? "hint: code that holds the main queue must not block on work that needs the main"
+            + " queue. Use `await onceOnMain(token:)` or the completion form, which never block a"
+            + " thread, or run the initializer before the main queue starts waiting."
+          : "hint: each of these waits can end only after the next one has: none ever will. Don't"
+            + " wait, inside once-only work, for work that waits for it.")
     return DeadlockReport(
       kind: .cycle, text: lines.joined(separator: "\n"),
       stopsProcess: proven && response != .report,

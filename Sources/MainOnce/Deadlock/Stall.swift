@@ -46,6 +46,8 @@ struct StallCheck {
   let inTheWay: InTheWay
   /// The tracked wait the thread in the way is blocked in, described, if it is in one.
   let trackedWait: String?
+  /// Why MainOnce cannot prove a cycle through that wait, if it is open, timed or opaque.
+  var unprovable: String? = nil
   /// What else to say about the subject.
   let notes: [String]
   /// Where a stop is attributed: the oldest caller's call.
@@ -119,10 +121,16 @@ struct StallCheck {
         "the \(label.work) has run on \(runner) for at least \(formatDuration(now &- since)); it is"
           + " \(state)"
       ]
-      if let trackedWait { lines.append("\(runner) waits for \(trackedWait)") }
+      guard let trackedWait else {
+        return (
+          lines + stuck,
+          state.isBlockedOnLock
+            ? trackedWaitHint : "waiting goes on until the \(label.work) returns"
+        )
+      }
+      lines.append("\(runner) waits for \(trackedWait)")
       return (
-        lines + stuck,
-        state.isBlockedOnLock ? trackedWaitHint : "waiting goes on until the \(label.work) returns"
+        lines + stuck + [unprovable].compactMap { $0 }, "waiting goes on until that wait ends"
       )
     case .builder(let since):
       let ran = formatDuration(now &- since)
@@ -190,10 +198,13 @@ struct StallCheck {
       ? "\(owner)"
       : loop.map { "\(owner) (the main thread, \($0.rawValue))" }
         ?? "\(owner) (the main thread)"
+    // A tracked wait is watched already: a cycle through it that MainOnce can prove is
+    // stopped, and one it cannot is said so.
     if let trackedWait {
       return (
-        ["the main queue is held by \(name), which waits for \(trackedWait)"] + stuck,
-        stuck.isEmpty ? "waiting goes on until that wait ends" : hint
+        ["the main queue is held by \(name), which waits for \(trackedWait)"] + stuck
+          + [unprovable].compactMap { $0 },
+        "waiting goes on until that wait ends"
       )
     }
     let driverHint =
@@ -322,9 +333,14 @@ extension StallCheck {
     }
     // Each thread's wait as a report describes it, and whether it holds the main queue.
     let waits = WaitBoard.read { published in
-      published.compactMap { entry -> (thread: ThreadID, holdsMainQueue: Bool, text: String)? in
+      published.compactMap {
+        entry -> (thread: ThreadID, holdsMainQueue: Bool, text: String, unprovable: String?)? in
         guard let wait = entry.wait as? any BlockingWait, !wait.isOver else { return nil }
-        return (wait.thread, wait.holdsMainQueue, "\(wait.waitsFor) in \(wait.call)")
+        let note = wait.note.map { " (\($0))" } ?? ""
+        return (
+          wait.thread, wait.holdsMainQueue, "\(wait.waitsFor) in \(wait.call)\(note)",
+          Self.unprovable(wait)
+        )
       }
     }
     let inTheWay: StallCheck.InTheWay
@@ -340,12 +356,24 @@ extension StallCheck {
         inTheWay = waits.first { $0.holdsMainQueue }.map { .recordedHolder($0.thread) } ?? .unknown
       }
     }
+    let inTheWayWait = inTheWay.thread.flatMap { thread in waits.first { $0.thread == thread } }
     self.init(
       subject: subject, callers: callers, since: since, now: now, timeout: timeout,
-      inTheWay: inTheWay,
-      trackedWait: inTheWay.thread.flatMap { thread in waits.first { $0.thread == thread } }?.text,
+      inTheWay: inTheWay, trackedWait: inTheWayWait?.text, unprovable: inTheWayWait?.unprovable,
       notes: snapshot.notes,
       site: subject.label.hasCallSites ? oldest?.site : subject.label.attribution)
+  }
+
+  /// Why MainOnce cannot prove a cycle through `wait`, as a line of a stall report; `nil` for a
+  /// wait that can show it is blocked.
+  private static func unprovable(_ wait: any BlockingWait) -> String? {
+    let cannot = "MainOnce cannot prove a cycle through that wait"
+    switch wait.proof {
+    case .structural, .slices: return nil
+    case .timed: return "\(cannot): it has a deadline, and ends by itself"
+    case .opaque: return "\(cannot): it cannot see into \(wait.call), which may still return"
+    case .open(let why): return "\(cannot): it waits for \(wait.waitsFor), which \(why)"
+    }
   }
 }
 

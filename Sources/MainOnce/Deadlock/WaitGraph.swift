@@ -4,7 +4,9 @@
 /// Only waits MainOnce performs are in it, and only blockers it knows for certain: a once-cell's
 /// runner, the main queue's holder (from libdispatch's lock word, or, where that cannot be read,
 /// a thread whose wait began while it held the main queue), a serial queue's owner, a thread a
-/// waiter named, the performers of a unit of work. `/proc` plays no part.
+/// waiter named, the performers of a unit of work, the holder of a link of a queue's target
+/// chain, and the waiter itself where only it could run what would end its wait. `/proc` plays
+/// no part.
 struct WaitGraph {
   /// One thread's wait at this reading, as plain data: the detector keeps no wait object. In a
   /// deadlock, it is one line of the report: the wait and the threads that block it.
@@ -14,7 +16,8 @@ struct WaitGraph {
     /// are the same at a later reading.
     let identity: ObjectIdentifier
     let publication: UInt
-    /// Any one of these can end the wait; the waiter itself is never among them.
+    /// Any one of these can end the wait; the waiter itself is among them only for a wait that
+    /// only the waiter could end (``Blockers/itself(reason:)``), and then alone.
     let blockers: [ThreadID]
     let reason: String
     let epoch: UInt
@@ -25,6 +28,9 @@ struct WaitGraph {
     let waitsForMainQueueInitializer: Bool
     let call: String
     let waitsFor: String
+
+    /// Whether only the waiting thread itself could end the wait.
+    var waitsForItself: Bool { blockers == [thread] }
   }
 
   private(set) var nodes: [ThreadID: Node] = [:]
@@ -61,8 +67,12 @@ struct WaitGraph {
           // A holder that serves the main queue runs what waits for it.
           case .mainQueue:
             (holders.filter { !serving.contains($0) }, ", which holds the main queue")
+          case .itself(let why): ([wait.thread], why)
           }
-        blockers.removeAll { $0 == wait.thread }
+        // A wait on its own thread is a blocker only where only that thread could end it: a
+        // performer of the work it waits for, a once-cell runner's own wait, a `trackedSync`
+        // whose queue libdispatch locked for it already are not.
+        if case .itself = waitsFor {} else { blockers.removeAll { $0 == wait.thread } }
         guard !blockers.isEmpty, !wait.isOver else { continue }
         graph.nodes[wait.thread] = Node(
           thread: wait.thread, identity: ObjectIdentifier(wait), publication: publication,

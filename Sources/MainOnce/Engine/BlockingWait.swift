@@ -35,6 +35,13 @@ protocol BlockingWait: AnyObject, Sendable {
   var waitsFor: String { get }
   /// What its callers wait for, watched for stalls; `nil` for waits that are not.
   var stallSubject: (any StallSubject)? { get }
+  /// What a report naming the wait should add about what MainOnce could not read of its
+  /// target, as a sentence; `nil` for none.
+  var note: String? { get }
+}
+
+extension BlockingWait {
+  var note: String? { nil }
 }
 
 /// How a wait shows that it is blocked, which decides whether a cycle through it can stop the
@@ -66,6 +73,10 @@ enum Blockers: Equatable {
   case mainQueue
   /// Any one of these threads: the performers of a unit of work, the waiter left out.
   case anyOf([ThreadID], reason: String)
+  /// The waiting thread itself: only it could run what would end the wait (a tracked wait for
+  /// the main queue from main context, for a queue it runs, for itself), so the wait can never
+  /// end. Every other kind of wait leaves the waiter out of its blockers.
+  case itself(reason: String)
 }
 
 /// What callers wait for, as a stall report describes it: a main-queue gate or an

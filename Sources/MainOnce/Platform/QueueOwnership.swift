@@ -294,3 +294,78 @@ extension QueueOwnership {
     mainonce_queue_label(queue).map { String(cString: $0) } ?? "?"
   }
 }
+
+extension QueueOwnership {
+  /// A serial link of a queue's target chain that a thread holds now.
+  struct HeldLink: Equatable {
+    /// The link as reports name it: `the main queue`, `queue "db"`.
+    let name: String
+    let holder: ThreadID
+    let isMainQueue: Bool
+    /// Whether it is the queue the chain starts from.
+    let isFirst: Bool
+  }
+
+  /// What the work of a queue waits for, as a walk of its target chain read it: every held
+  /// serial link must be released before the queue's work can run.
+  struct Chain: Equatable {
+    /// The serial links held now, nearest first.
+    var held: [HeldLink] = []
+    /// Where the walk stopped before the chain's end, and why, as a sentence; `nil` if it read
+    /// the whole chain.
+    var stop: String?
+  }
+
+  /// Reads `queue`'s target chain: `queue` itself, the queue it targets, and so on, up to the
+  /// main queue or a root queue. `nil` where queues cannot be read. For the detector's readings
+  /// only, never on a call's path.
+  ///
+  /// It walks only through links whose target cannot change (``mainonce_queue_target_mutability``
+  /// reads 0): an active queue made with its target, as every `DispatchQueue(label:…)` is, keeps
+  /// that target, and keeps it alive, for as long as it lives, and `queue` itself is kept alive
+  /// by the caller; so every link read is alive. A link that is inactive or retargetable, or a
+  /// concurrent queue of the user's, ends the walk: its own owner is read, nothing past it.
+  static func chain(of queue: DispatchQueue) -> Chain? {
+    guard queuesAreReadable else { return nil }
+    return withExtendedLifetime(queue) { () -> Chain? in
+      guard let start = wrapped(queue) else { return nil }
+      var chain = Chain()
+      // This is safe because each link is `queue` itself, which the caller keeps alive, or the
+      // fixed target of a link read before, which that link keeps alive.
+      var current: UnsafeRawPointer? = start
+      // The chain is short (a root queue ends it); the bound only guards against a cycle.
+      var links = 0
+      while let link = current, links < 64 {
+        links += 1
+        let isMain = isMainQueue(at: link)
+        let name = isMain ? "the main queue" : "queue \"\(label(at: link))\""
+        guard isMain || mainonce_queue_is_serial(link) else {
+          // A root queue ends the chain: its target is fixed, and there is none.
+          if mainonce_queue_target_mutability(link) == 0, mainonce_queue_target(link) == nil {
+            break
+          }
+          chain.stop = "\(name) is concurrent: MainOnce reads no link past it"
+          break
+        }
+        if case .thread(let holder) = owner(at: link) {
+          chain.held.append(
+            HeldLink(name: name, holder: holder, isMainQueue: isMain, isFirst: links == 1))
+        }
+        // Past the main queue, only root queues.
+        if isMain { break }
+        switch mainonce_queue_target_mutability(link) {
+        case 0:
+          current = mainonce_queue_target(link)
+        case 1:
+          chain.stop = "\(name) is inactive: its target may still change"
+          current = nil
+        default:
+          chain.stop =
+            "\(name) was made retargetable (by dispatch_queue_create): its target may change"
+          current = nil
+        }
+      }
+      return chain
+    }
+  }
+}

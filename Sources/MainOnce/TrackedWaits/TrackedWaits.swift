@@ -405,7 +405,12 @@ final class TrackedWait: BlockingWait, @unchecked Sendable {
   }
 
   var isOver: Bool { entered.load(ordering: .sequentiallyConsistent) }
-  func blockers() -> Blockers { isOver ? .none : waitTarget.blockers }
+  func blockers() -> Blockers {
+    isOver
+      ? .none
+      : waitTarget.blockers(of: thread, holdsMainQueue: holdsMainQueue, isSync: syncQueue != nil)
+  }
+  var note: String? { isOver ? nil : waitTarget.chainNote }
 
   /// Whom the wait is for. Only while the wait is published.
   private var waitTarget: WaitTarget {

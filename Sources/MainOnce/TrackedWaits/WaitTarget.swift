@@ -17,6 +17,8 @@ internal import _CMainOnceShims
 /// | Target | Contract: the wait is ended by | A deadlock through it |
 /// | --- | --- | --- |
 /// | ``queue(_:file:line:)`` of a serial queue | work running on that queue | is proven: only the thread running the queue can run that work |
+/// | ``queue(_:file:line:)`` of a queue made with a target, active | work running on that queue, once every serial queue up its target chain is free | is proven through the chain, up to an inactive or retargetable link or a concurrent queue |
+/// | the main queue from main context, a queue the waiter runs (or one on its chain), ``currentThread`` captured on the waiter outside dispatch work | work only the waiting thread could run | is proven by the wait alone |
 /// | ``currentThread``, captured on a thread of the program's own | code on that thread | is proven: the thread runs one thing after another |
 /// | ``currentThread``, captured in dispatch work (a queue's block, a `Task`) | code on that thread | is reported: the pool thread may run other jobs, and another thread may run the one that signals |
 /// | ``work(_:)`` | whichever thread does the work, whenever | is reported: a thread that does not perform it now may still end the wait |
@@ -57,8 +59,10 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// another, so while it is blocked, nothing on it can signal. Captured in dispatch work (a
   /// block on a queue, a `Task`, an iteration of `concurrentPerform`), the thread is one of
   /// libdispatch's pool: it may run other jobs later, while the job that signals runs on
-  /// another thread, so a deadlock through such a wait is only reported. To have it stopped,
-  /// wait for the serial queue whose work signals instead (``queue(_:file:line:)``).
+  /// another thread, so a deadlock through such a wait is only reported. A thread of the
+  /// program's own that waits for its own target waits for itself, and is stopped. To have a
+  /// deadlock through dispatch work stopped, wait for the serial queue whose work signals
+  /// instead (``queue(_:file:line:)``).
   public static var currentThread: WaitTarget {
     let thread = ThreadRecord.current.id
     // The main thread runs only the program's own code, also while it serves the main queue.
@@ -72,7 +76,10 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// Its contract: work on `queue` ends a wait for it (a block that signals). A deadlock
   /// through such a wait is proven and stopped: while the thread running `queue` is blocked,
   /// no other work of the queue can run. `DispatchQueue.main` names the thread that holds the
-  /// main queue. A concurrent queue is rejected with a message: it does not name one thread.
+  /// main queue. The queue's work also waits for every serial queue up its target chain (a
+  /// queue made with `target:`), up to an inactive or retargetable link or a concurrent queue,
+  /// where MainOnce stops reading. A wait for what only the waiting thread could run (the main
+  /// queue from main context, a queue whose work the waiter runs) is stopped on its own. A concurrent queue is rejected with a message: it does not name one thread.
   /// Without queue introspection (see <doc:MainOnLinux>) MainOnce cannot read who runs a queue
   /// other than the main queue, and such a wait is on no deadlock it can see.
   ///
@@ -151,21 +158,65 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// The threads performing each unit of work, with how many times over (`perform` nests).
   private static let performers = Locked<[WorkID: [ThreadID: Int]]>([:])
 
-  /// What a wait for this target waits for now.
-  var blockers: Blockers {
+  /// What a wait for this target, by `waiter`, waits for now. `holdsMainQueue`: the wait began
+  /// in main context, as recorded where the main queue's owner cannot be read. `isSync`: the
+  /// wait of a `trackedSync`, for which libdispatch may hold links of the queue's chain for the
+  /// waiter already, while it waits for the next: those are no blockers.
+  ///
+  /// A queue's work runs only once every held serial link of its target chain is released, so
+  /// each link's holder is a sound blocker (the nearest is named), and a link the waiter holds
+  /// makes a semaphore or group wait one that only the waiter could end.
+  func blockers(of waiter: ThreadID, holdsMainQueue: Bool, isSync: Bool) -> Blockers {
     switch kind {
-    case .thread(let thread, _):
+    case .thread(let thread, let inDispatchWork):
+      // Captured in dispatch work, the thread may run another job that signals: no blocker.
+      if thread == waiter {
+        return inDispatchWork ? .none : .itself(reason: Self.onlyThisThread(""))
+      }
       return .thread(thread, reason: "")
     case .queue(let queue) where QueueOwnership.isMainQueue(queue):
-      return .mainQueue
+      guard !isSync else { return .mainQueue }
+      switch QueueOwnership.ownerOfMainQueue() {
+      case .thread(waiter):
+        return .itself(reason: Self.onlyThisThread(", which holds the main queue"))
+      case .unknown where holdsMainQueue:
+        return .itself(
+          reason: Self.onlyThisThread(", which held the main queue when it began to wait"))
+      default: return .mainQueue
+      }
     case .queue(let queue):
-      guard case .thread(let owner) = QueueOwnership.owner(of: queue) else { return .none }
-      return .thread(owner, reason: ", which runs that queue")
+      guard let chain = QueueOwnership.chain(of: queue) else { return .none }
+      if !isSync, let mine = chain.held.first(where: { $0.holder == waiter }) {
+        return .itself(reason: Self.onlyThisThread(Self.runs(mine)))
+      }
+      guard let nearest = chain.held.first(where: { $0.holder != waiter }) else { return .none }
+      return .thread(nearest.holder, reason: Self.runs(nearest))
     case .work(let id, _):
       let threads = Self.performers.withLock { $0[id].map { Array($0.keys) } ?? [] }
       return .anyOf(
         threads.sorted { $0.rawValue < $1.rawValue }, reason: ", which performs it")
     }
+  }
+
+  /// The end of "blocked by thread N …" for a wait only its own thread could end.
+  private static func onlyThisThread(_ holds: String) -> String {
+    " (itself)\(holds): only this thread could run what would end the wait"
+  }
+
+  /// The end of "blocked by thread N …" for the holder of `link`.
+  private static func runs(_ link: QueueOwnership.HeldLink) -> String {
+    if link.isMainQueue { return ", which holds the main queue" }
+    return link.isFirst
+      ? ", which runs that queue" : ", which runs \(link.name), a target of that queue"
+  }
+
+  /// What a report naming a wait for this target should add: where the walk of a queue's target
+  /// chain stopped, and why.
+  var chainNote: String? {
+    guard case .queue(let queue) = kind, !QueueOwnership.isMainQueue(queue),
+      let stop = QueueOwnership.chain(of: queue)?.stop
+    else { return nil }
+    return "MainOnce reads \(self)'s target chain no further: \(stop)"
   }
 
   /// Why a deadlock through a wait for this target is not proven, as the end of "… waits for

@@ -27,8 +27,11 @@ int32_t mainonce_main_queue_layout_check(void);
 /// Checks what reading other queues relies on, on private queues this function creates: the
 /// label field and width of a serial queue, its owner field reading nobody outside
 /// dispatch_sync_f and the calling thread inside it, and the target field of a queue set to
-/// target it. Returns 0 when every check passes, otherwise the number of the first check that
-/// failed (5 to 13); -1 where MainOnce does not know the layout.
+/// target it, and the bits that say whether a queue's target can change (an initially inactive
+/// queue reads inactive until activated; a queue made by dispatch_queue_create reads
+/// retargetable, one made by dispatch_queue_create_with_target does not). Returns 0 when every
+/// check passes, otherwise the number of the first check that failed (5 to 17); -1 where MainOnce
+/// does not know the layout.
 int32_t mainonce_queue_layout_self_test(void);
 
 /// The kernel thread id in the low bits of `queue`'s lock word: the thread that drains it or
@@ -55,6 +58,15 @@ const void *_Nullable mainonce_queue_target(const void *queue);
 
 /// Whether `queue` is serial (width 1). Same conditions as mainonce_queue_owner.
 bool mainonce_queue_is_serial(const void *queue);
+
+/// Whether `queue`'s target can change, as libdispatch's own checks decide it: 0, it cannot (the
+/// queue is active and was not made retargetable: libdispatch traps on any retargeting, and the
+/// queue keeps its target alive for as long as it lives); 1, the queue is inactive (its target
+/// changes freely until it is activated); 2, the queue was created retargetable (through
+/// dispatch_queue_create, whose queues may be retargeted at any time, and the old target is then
+/// released). Read only where this returns 0 may mainonce_queue_target's result be read in
+/// turn. Same conditions as mainonce_queue_owner.
+int32_t mainonce_queue_target_mutability(const void *queue);
 
 /// Whether the main queue is bound to the main thread: true until dispatchMain() is called.
 /// Same conditions as mainonce_queue_owner.
