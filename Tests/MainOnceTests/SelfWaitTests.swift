@@ -372,7 +372,8 @@ private func note(_ line: String) {
 }
 
 extension SelfWaitTests {
-  /// The body of an exit test of `selfWaitOrChainIsStopped`, in the exit test's process: it never returns.
+  /// The body of an exit test of `selfWaitOrChainIsStopped`, in the exit test's process: it
+  /// never returns.
   fileprivate static func stoppedInItsProcess(_ shape: Stopped) async throws {
     if shape == .mainQueueFromMainWithoutProc { setenv("MAINONCE_PROC", "off", 1) }
     if shape == .mainQueueFromMainUnderService { DeadlockDetection.cycles = .service }
@@ -438,9 +439,9 @@ extension SelfWaitTests {
     never.wait()
   }
 
-  /// The body of an exit test of `lookingBlockedRecovers`, in the exit test's process: it returns once the
-  /// shape's wait has ended. Each looks blocked for 300 ms at least: long enough for the
-  /// detector to stop it, had it a proof.
+  /// The body of an exit test of `lookingBlockedRecovers`, in the exit test's process: it
+  /// returns once the shape's wait has ended. Each looks blocked for 300 ms at least: long
+  /// enough for the detector to stop it, had it a proof.
   fileprivate static func recoversInItsProcess(_ shape: Recovers) async throws {
     boundExitTest()
     let pause = useconds_t(300_000)

@@ -79,7 +79,8 @@ public struct WaitTarget: Sendable, CustomStringConvertible {
   /// main queue. The queue's work also waits for every serial queue up its target chain (a
   /// queue made with `target:`), up to an inactive or retargetable link or a concurrent queue,
   /// where MainOnce stops reading. A wait for what only the waiting thread could run (the main
-  /// queue from main context, a queue whose work the waiter runs) is stopped on its own. A concurrent queue is rejected with a message: it does not name one thread.
+  /// queue from main context, a queue whose work the waiter runs) is stopped on its own. A
+  /// concurrent queue is rejected with a message: it does not name one thread.
   /// Without queue introspection (see <doc:MainOnLinux>) MainOnce cannot read who runs a queue
   /// other than the main queue, and such a wait is on no deadlock it can see.
   ///
