@@ -225,6 +225,58 @@ struct SelfWaitTests {
 }
 
 extension SelfWaitTests {
+  @Test("under the report policy, a self-wait is reported once and waiting goes on")
+  func selfWaitUnderReportPolicy() async {
+    #if compiler(>=6.2)
+      let result = await #expect(
+        processExitsWith: .success, observing: [\.standardErrorContent]
+      ) {
+        try await Self.reportedInItsProcess()
+      }
+    #else
+      let result = await expectProcessExit(.success, argument: "reported") {
+        try await Self.reportedInItsProcess()
+      }
+    #endif
+    let text = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+    #expect(text.contains("REPORT cycle MainOnce: deadlock detected\n"), "\(text)")
+    #expect(
+      text.contains("(itself), which holds the main queue: only this thread could run what would"),
+      "\(text)")
+    #expect(text.contains("STILL WAITING after 1 report"), "\(text)")
+    #expect(!text.contains("Fatal error"), "\(text)")
+  }
+
+  /// The body of `selfWaitUnderReportPolicy`'s exit test: main-queue code waits for the main
+  /// queue under the `report` policy; the process ends by itself, after the report, once the
+  /// wait has gone on for two more seconds (scaled) without being stopped.
+  fileprivate static func reportedInItsProcess() async throws {
+    boundExitTest()
+    DeadlockDetection.cycles = .report
+    let reports = Locked(0)
+    let reported = DispatchSemaphore(value: 0)
+    DeadlockDetection.reportHandler = { report in
+      guard report.kind == .cycle else { return }
+      FileHandle.standardError.write(Data("REPORT cycle \(report.text)\n".utf8))
+      reports.withLock { $0 += 1 }
+      reported.signal()
+    }
+    DispatchQueue.main.async {
+      let done = DispatchSemaphore(value: 0)
+      DispatchQueue.main.async { done.signal() }
+      done.wait(for: .queue(.main))
+    }
+    guard reported.wait(timeout: .now() + TimeScale.seconds(5)) == .success else {
+      note("NOT REPORTED")
+      exit(EXIT_FAILURE)
+    }
+    _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(2))
+    note("STILL WAITING after \(reports.withLock { $0 }) report")
+    exit(EXIT_SUCCESS)
+  }
+}
+
+extension SelfWaitTests {
   @Test(
     "a stall behind a tracked wait says waiting goes on until it ends, and why it is not proven",
     arguments: InTrackedWait.allCases)
