@@ -13,7 +13,11 @@ import Testing
 /// from main context, a queue it runs, itself) is a proof on its own, and a queue's target chain
 /// is part of what a wait for the queue waits for. Each shape runs in an exit test's process:
 /// one that must be stopped, with its message checked; one that must recover, to its end.
-@Suite("Self-waits and target chains")
+///
+/// One exit test at a time: Swift Testing reads an exit test's child process to its end on a
+/// thread of the cooperative pool (two threads on CI's machines), and twenty of them at once held
+/// both, so that tests waiting for their own tasks to release the main queue timed out.
+@Suite("Self-waits and target chains", .serialized)
 struct SelfWaitTests {
   /// A deadlock through a wait for a target that only the waiting thread could run, or that
   /// waits behind its target.
