@@ -270,7 +270,7 @@ private func lazyCell(
 ///
 /// `malloc` where its own alignment is enough, as it is for every alignment up to 16 on Linux:
 /// `UnsafeMutableRawPointer.allocate` takes the Swift runtime's aligned path for those
-/// (`posix_memalign`), 37 instructions more a first read (callgrind).
+/// (`posix_memalign`), which costs a first read more (Benchmarks/README.md, group `in-place`).
 @usableFromInline
 func _mainLazyAllocate(byteCount: Int, alignment: Int) -> UnsafeMutableRawPointer {
   // At least one byte: `malloc(0)` may return `nil`.

@@ -34,8 +34,8 @@
 /// Once done, a call looks the call site up in a small cache of the calling thread's own and
 /// checks, with two plain loads, that `object` is still the one the site ran for: no lock and
 /// no write another thread sees, so threads on different objects do not slow each other down.
-/// That is about 7 ns, against about 1.4 ns for a token stored on the object (see the
-/// benchmarks in the README). The first call from a thread takes a lock.
+/// That costs a few times a token stored on the object (Benchmarks/README.md, group
+/// `objects`). The first call from a thread takes a lock.
 ///
 /// - Warning: Like the token form, this blocks outside main context and deadlocks if the main
 ///   queue waits for the caller; MainOnce reports the cycles it can see.

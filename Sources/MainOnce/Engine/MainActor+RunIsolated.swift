@@ -5,7 +5,7 @@ extension MainActor {
   /// This is `MainActor.assumeIsolated(_:)` without its check and without its allocation. The
   /// check asks the concurrency runtime, which on Linux ends in `dispatch_assert_queue` on the
   /// main queue: the same question ``MainContext`` has answered from the same word before
-  /// MainOnce gets here, and it costs about 160 ns, most of a first call after `dispatchMain()`.
+  /// MainOnce gets here, and it costs most of a first call after `dispatchMain()`.
   /// The allocation is `withoutActuallyEscaping`'s, which `assumeIsolated` uses to cast the
   /// closure's isolation away: an escaping context on the heap for every call (one per first
   /// call, counted with callgrind). Debug builds keep a check.

@@ -27,7 +27,7 @@ public enum MainContext {
   ///
   /// Unlike `dispatchPrecondition(condition: .onQueue(.main))` and
   /// `MainActor.assumeIsolated(_:)`, this never traps. It costs a thread-local lookup and a load
-  /// (about 14 ns on the machine in the README; `Thread.isMainThread` costs about 300 ns), or a
+  /// (far less than `Thread.isMainThread`; Benchmarks/README.md), or a
   /// `DispatchQueue.getSpecific` call on the fallback path.
   public static var isCurrent: Bool {
     isCurrent(on: ThreadRecord.current)
