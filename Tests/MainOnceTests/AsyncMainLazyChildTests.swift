@@ -17,8 +17,8 @@ struct AsyncMainLazyChildTests {
   }
 
   @Test(
-    "a Task(executorPreference: globalConcurrentExecutor) that the build does not wait for gets the value"
-  )
+    "a Task(executorPreference: globalConcurrentExecutor) that the build does not wait for gets the value",
+    .exitTest)
   func taskPreferringTheGlobalExecutor() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -40,8 +40,8 @@ struct AsyncMainLazyChildTests {
   }
 
   @Test(
-    "a Task { } awaiting inside withTaskExecutorPreference(globalConcurrentExecutor) gets the value"
-  )
+    "a Task { } awaiting inside withTaskExecutorPreference(globalConcurrentExecutor) gets the value",
+    .exitTest)
   func taskAwaitingUnderTheGlobalExecutor() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -60,7 +60,9 @@ struct AsyncMainLazyChildTests {
     _ = try? await OwnPreferenceBuild.lazy.get()
   }
 
-  @Test("the build's own task awaiting its value under an executor preference of its own stops")
+  @Test(
+    "the build's own task awaiting its value under an executor preference of its own stops",
+    .exitTest)
   func buildTaskWithItsOwnPreferenceStops() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -95,6 +97,7 @@ struct AsyncMainLazyChildTests {
   /// tell it from a `Task { }`, so it waits, and the stall report names its await's call site.
   @Test(
     "a child that set its own executor preference is named in the stall report by its call site",
+    .exitTest,
     arguments: [false, true])
   func childWithItsOwnPreferenceIsReported(inTaskGroup: Bool) async {
     #if compiler(>=6.2)

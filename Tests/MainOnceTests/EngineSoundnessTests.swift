@@ -234,7 +234,7 @@ struct EngineSoundnessInProcessTests {
     _ = try? await SelfAwaitingLazy.value.get()
   }
 
-  @Test("an AsyncMainLazy builder that awaits its own value stops with a message")
+  @Test("an AsyncMainLazy builder that awaits its own value stops with a message", .exitTest)
   func asyncLazyAwaitingItself() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -265,8 +265,8 @@ struct EngineSoundnessInProcessTests {
   /// build, so awaiting the value from it is no re-entrance. When the builder waits for such a
   /// task, nothing can end the wait; the stall report says why.
   @Test(
-    "a builder waiting for a Task { } that awaits its value is reported as a stall naming the task"
-  )
+    "a builder waiting for a Task { } that awaits its value is reported as a stall naming the task",
+    .exitTest)
   func asyncLazyWaitingForTaskInsideBuild() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -304,7 +304,8 @@ struct EngineSoundnessInProcessTests {
   /// Either the call site runs once per lifetime, also when `deinit` reaches it, or MainOnce
   /// stops the process with a message naming the call site. The child exits with a failure in
   /// both cases, so that one exit condition covers them; `RESULT runs=` tells them apart.
-  @Test("runOnce(for: self) reached from deinit does not run the call site a second time")
+  @Test(
+    "runOnce(for: self) reached from deinit does not run the call site a second time", .exitTest)
   func runOnceFromDeinit() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -463,7 +464,8 @@ extension EngineSoundnessInProcessTests {
   /// on a worker thread (after `dispatchMain()`) shows no public sign of main context: no main
   /// thread, no main-queue specific. Only MainOnce's own count of the initializers it runs says
   /// so; without it, the nested call would hop to a main queue its own thread holds, and hang.
-  @Test("without introspection, onceOnMain in a sync inside an initializer runs in place")
+  @Test(
+    "without introspection, onceOnMain in a sync inside an initializer runs in place", .exitTest)
   func nestedSyncInsideInitializer() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {

@@ -25,7 +25,9 @@ import Testing
       cell.withLock { board.withLock {} }
     }
 
-    @Test("a lock of a lower rank, taken while one of a higher rank is held, stops the process")
+    @Test(
+      "a lock of a lower rank, taken while one of a higher rank is held, stops the process",
+      .exitTest)
     func inversionStops() async {
       #if compiler(>=6.2)
         let result = await #expect(
@@ -53,7 +55,7 @@ import Testing
       first.withLock { _ in second.withLock { _ in } }
     }
 
-    @Test("two locks of the same rank, one inside the other, stop the process")
+    @Test("two locks of the same rank, one inside the other, stop the process", .exitTest)
     func sameRankStops() async {
       #if compiler(>=6.2)
         let result = await #expect(

@@ -158,7 +158,7 @@ struct MainLazyMisuseTests {
     readSelfReadingLazy()
   }
 
-  @Test("a builder that reads its own value stops with a message")
+  @Test("a builder that reads its own value stops with a message", .exitTest)
   func builderReadsItself() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -70,7 +70,9 @@ struct MainQueueDriverTests {
     MainQueueDriver.drain()
   }
 
-  @Test("drain() off the main thread stops with a message that names the call site and the rule")
+  @Test(
+    "drain() off the main thread stops with a message that names the call site and the rule",
+    .exitTest)
   func drainOffTheMainThread() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -96,7 +98,9 @@ struct MainQueueDriverTests {
     await MainActor.run { MainContext.requireMainThread(for: "GTK") }
   }
 
-  @Test("requireMainThread in main-queue code on a worker thread names the driver and the fix")
+  @Test(
+    "requireMainThread in main-queue code on a worker thread names the driver and the fix",
+    .exitTest)
   func requireMainThreadOnAWorker() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -126,7 +130,7 @@ struct MainQueueDriverTests {
     usleep(TimeScale.microseconds(5_000_000))
   }
 
-  @Test("requireMainThread outside main context stops with a message")
+  @Test("requireMainThread outside main context stops with a message", .exitTest)
   func requireMainThreadOutsideMainContext() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

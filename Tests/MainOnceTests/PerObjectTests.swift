@@ -313,7 +313,7 @@ struct PerObjectTests {
     Node().visit()
   }
 
-  @Test("a body that reaches its own call site for the same object stops with a message")
+  @Test("a body that reaches its own call site for the same object stops with a message", .exitTest)
   func reentrantRunOnce() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -358,7 +358,9 @@ extension PerObjectTests {
     }
   }
 
-  @Test("cells that tell lifetimes with a weak load stay done, and a reused address runs again")
+  @Test(
+    "cells that tell lifetimes with a weak load stay done, and a reused address runs again",
+    .exitTest)
   func weakLoadLifetimes() async {
     // In a process of its own: the switch holds for every cell the process makes from then on.
     #if compiler(>=6.2)

@@ -22,7 +22,7 @@ struct ReentranceTests {
     SelfCallingInitializer.run()
   }
 
-  @Test("an initializer that calls its own token stops with both call sites")
+  @Test("an initializer that calls its own token stops with both call sites", .exitTest)
   func reentranceStopsTheProcess() async throws {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -13,16 +13,7 @@ import Testing
 /// from main context, a queue it runs, itself) is a proof on its own, and a queue's target chain
 /// is part of what a wait for the queue waits for. Each shape runs in an exit test's process:
 /// one that must be stopped, with its message checked; one that must recover, to its end.
-///
-/// One exit test at a time: Swift Testing reads an exit test's child process to its end on a
-/// thread of the cooperative pool (two threads on CI's machines), and twenty of them at once held
-/// both, so that tests waiting for their own tasks to release the main queue timed out. Under a
-/// sanitizer each child starts in seconds, and the pool stayed held long enough to fail other
-/// suites' bounds: the suite runs without one (the detector's code it reaches runs under the
-/// sanitizers in the other suites' exit tests and fixture processes).
-@Suite(
-  "Self-waits and target chains", .serialized,
-  .enabled(if: !Sanitizers.areActive, "each exit test's child holds two pool threads for seconds"))
+@Suite("Self-waits and target chains")
 struct SelfWaitTests {
   /// A deadlock through a wait for a target that only the waiting thread could run, or that
   /// waits behind its target.
@@ -86,6 +77,7 @@ struct SelfWaitTests {
 
   @Test(
     "a wait that only its own thread, or a held link of its queue's chain, could end is stopped",
+    .exitTest,
     arguments: Stopped.allCases)
   func selfWaitOrChainIsStopped(_ shape: Stopped) async {
     #if compiler(>=6.2)
@@ -186,7 +178,7 @@ struct SelfWaitTests {
   }
 
   @Test(
-    "a wait that looks blocked for a while and then ends is never stopped",
+    "a wait that looks blocked for a while and then ends is never stopped", .exitTest,
     arguments: Recovers.allCases)
   func lookingBlockedRecovers(_ shape: Recovers) async {
     #if compiler(>=6.2)
@@ -234,7 +226,7 @@ struct SelfWaitTests {
 }
 
 extension SelfWaitTests {
-  @Test("under the report policy, a self-wait is reported once and waiting goes on")
+  @Test("under the report policy, a self-wait is reported once and waiting goes on", .exitTest)
   func selfWaitUnderReportPolicy() async {
     #if compiler(>=6.2)
       let result = await #expect(
@@ -288,6 +280,7 @@ extension SelfWaitTests {
 extension SelfWaitTests {
   @Test(
     "a stall behind a tracked wait says waiting goes on until it ends, and why it is not proven",
+    .exitTest,
     arguments: InTrackedWait.allCases)
   func stallBehindTrackedWaitSaysSo(_ shape: InTrackedWait) async {
     #if compiler(>=6.2)

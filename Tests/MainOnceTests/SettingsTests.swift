@@ -83,7 +83,9 @@ struct SettingsTests {
         && otherQueues == QueueOwnership.Availability.undecided.rawValue ? 0 : 1)
   }
 
-  @Test("a first call checks the main queue by reading it only, and its hop confirms the owner")
+  @Test(
+    "a first call checks the main queue by reading it only, and its hop confirms the owner",
+    .exitTest)
   func firstCallOnlyReadsTheMainQueue() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {

@@ -42,7 +42,9 @@ struct TestLibraryHintTests {
     returned.wait()
   }
 
-  @Test("main-actor code of a Swift Testing test blocked in a semaphore gets Swift Testing's hint")
+  @Test(
+    "main-actor code of a Swift Testing test blocked in a semaphore gets Swift Testing's hint",
+    .exitTest)
   func blockedMainActor() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {

@@ -87,7 +87,7 @@ struct TrackedWaitTests {
     never.wait()
   }
 
-  @Test("two threads that wait for each other are stopped with both edges")
+  @Test("two threads that wait for each other are stopped with both edges", .exitTest)
   func threadCycle() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -124,7 +124,7 @@ struct TrackedWaitTests {
     }
   }
 
-  @Test("a cycle through a serial queue's owner is stopped")
+  @Test("a cycle through a serial queue's owner is stopped", .exitTest)
   func queueCycle() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -152,7 +152,7 @@ struct TrackedWaitTests {
   /// Neither thread can look again once blocked in `sync`: the one that closes the deadlock
   /// finds it before it blocks.
   @Test(
-    "two trackedSync calls into each other's queues are stopped, whichever closes it",
+    "two trackedSync calls into each other's queues are stopped, whichever closes it", .exitTest,
     arguments: [false, true])
   func trackedSyncCycle(_ theOtherCloses: Bool) async {
     #if compiler(>=6.2)
@@ -219,7 +219,7 @@ struct TrackedWaitTests {
     _ = WaitTarget.queue(DispatchQueue(label: "wide", attributes: .concurrent))
   }
 
-  @Test("a concurrent queue is rejected as a wait target, naming the call site")
+  @Test("a concurrent queue is rejected as a wait target, naming the call site", .exitTest)
   func concurrentQueueTarget() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -243,7 +243,7 @@ struct TrackedWaitTests {
     WaitTarget.currentThread.perform {}
   }
 
-  @Test("perform(_:) on a target that is not work is rejected")
+  @Test("perform(_:) on a target that is not work is rejected", .exitTest)
   func performOnThreadTarget() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -274,7 +274,7 @@ struct TrackedWaitTests {
   }
 
   @Test(
-    "a stall timeout under a millisecond is rejected, naming the call site",
+    "a stall timeout under a millisecond is rejected, naming the call site", .exitTest,
     arguments: [Duration.zero, .microseconds(999), .seconds(-1)])
   func tooShortStallTimeout(_ timeout: Duration) async {
     #if compiler(>=6.2)
@@ -340,7 +340,7 @@ struct TrackedWaitTests {
 
   /// Thread B waits for thread A with a deadline; then A waits for B with none. The graph has
   /// a loop, but B's wait ends by itself, so A's wait ends too: no deadlock may be reported.
-  @Test("a loop through a timed wait is no deadlock: the timed wait ends by itself")
+  @Test("a loop through a timed wait is no deadlock: the timed wait ends by itself", .exitTest)
   func loopThroughTimedWait() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .success, observing: [\.standardErrorContent]) {
@@ -378,7 +378,7 @@ struct TrackedWaitTests {
   }
 
   /// Two `runOnce(for:)` bodies, on two threads, each wait for the other's call site.
-  @Test("two runOnce bodies that wait for each other stop with the once-only-work hint")
+  @Test("two runOnce bodies that wait for each other stop with the once-only-work hint", .exitTest)
   func runOnceCycleHint() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {

@@ -267,7 +267,9 @@ struct WaitTests {
     exit(waitUntil(timeout: .seconds(3)) { !log.of(.stallEnded).isEmpty } ? 0 : 1)
   }
 
-  @Test("a reported stall of completion-form waits on a freed token ends when they are let go")
+  @Test(
+    "a reported stall of completion-form waits on a freed token ends when they are let go",
+    .exitTest)
   func strandedWaitsEndTheirStall() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -291,7 +293,9 @@ struct WaitTests {
     }
   }
 
-  @Test("a token freed by a closure that the engine releases under its lock frees without it")
+  @Test(
+    "a token freed by a closure that the engine releases under its lock frees without it", .exitTest
+  )
   func tokenFreedUnderTheEnginesLock() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -375,7 +379,9 @@ struct WaitTests {
     exit(WaitTokens.served.isDone && WaitTokens.other.isDone ? 0 : 1)
   }
 
-  @Test("a wait in main context runs the initializers queued meanwhile, which no hop could run")
+  @Test(
+    "a wait in main context runs the initializers queued meanwhile, which no hop could run",
+    .exitTest)
   func mainContextWaitServesTheMainQueue() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -402,7 +408,9 @@ struct WaitTests {
     exit(WaitTokens.afterThrow.isDone ? 0 : 1)
   }
 
-  @Test("a serving wait is woken by an attempt that sends no hop, after it ran one that threw")
+  @Test(
+    "a serving wait is woken by an attempt that sends no hop, after it ran one that threw",
+    .exitTest)
   func servingWaitWokenWithoutAHop() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -440,7 +448,8 @@ struct WaitTests {
     exit(WaitTokens.lateArrival.isDone ? 0 : 1)
   }
 
-  @Test("a serving wait nested in an attempt of an outer one passes a wake on when it ends")
+  @Test(
+    "a serving wait nested in an attempt of an outer one passes a wake on when it ends", .exitTest)
   func nestedServingWaitPassesAWakeOn() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -475,7 +484,8 @@ struct WaitTests {
     exit(4)
   }
 
-  @Test("a serving wait that keeps running other initializers still reports its own stall")
+  @Test(
+    "a serving wait that keeps running other initializers still reports its own stall", .exitTest)
   func servingWaitReportsItsStall() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -497,7 +507,7 @@ struct WaitTests {
     exit(0)
   }
 
-  @Test("a completion-form wait is named as a wait in its stall report")
+  @Test("a completion-form wait is named as a wait in its stall report", .exitTest)
   func completionFormWaitIsNamedInItsStall() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -544,7 +554,7 @@ struct WaitTests {
     exit(log.of(.stall).count == 1 && log.of(.stallEnded).count == 1 ? 0 : 1)
   }
 
-  @Test("an AsyncMainLazy wait's stall goes on across a build that threw, reported once")
+  @Test("an AsyncMainLazy wait's stall goes on across a build that threw, reported once", .exitTest)
   func asyncLazyWaitStallOutlivesAThrow() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -563,7 +573,9 @@ struct WaitTests {
     releaseWithAnAnsweredInitializer(of: WaitTokens.releasesALazyHolder) { LazyHolder() }
   }
 
-  @Test("an unbuilt MainLazy freed by a closure that the engine releases under its lock frees")
+  @Test(
+    "an unbuilt MainLazy freed by a closure that the engine releases under its lock frees",
+    .exitTest)
   func unbuiltLazyFreedUnderTheEnginesLock() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -585,7 +597,9 @@ struct WaitTests {
     releaseWithAnAnsweredInitializer(of: WaitTokens.releasesAProbe) { CallsBack() }
   }
 
-  @Test("an initializer's captures are let go after the engine's lock: their deinit may call it")
+  @Test(
+    "an initializer's captures are let go after the engine's lock: their deinit may call it",
+    .exitTest)
   func initializerCapturesLetGoAfterTheLock() async {
     #if compiler(>=6.2)
       await #expect(processExitsWith: .success) {
@@ -604,7 +618,7 @@ struct WaitTests {
     _ = await MainActor.run { WaitTokens.selfWaitingLazy.value }
   }
 
-  @Test("a lazy value's wait inside its own builder stops with a message about waiting")
+  @Test("a lazy value's wait inside its own builder stops with a message about waiting", .exitTest)
   func lazyWaitInsideItsOwnBuilder() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -627,7 +641,8 @@ struct WaitTests {
     _ = try? await WaitTokens.selfWaitingBuild.get()
   }
 
-  @Test("an AsyncMainLazy's wait inside its own build stops with a message about waiting")
+  @Test(
+    "an AsyncMainLazy's wait inside its own build stops with a message about waiting", .exitTest)
   func asyncLazyWaitInsideItsOwnBuild() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
@@ -651,7 +666,8 @@ struct WaitTests {
     WaitTokens.waitInsideOwnInitializer()
   }
 
-  @Test("a wait inside the token's own initializer stops with a message naming both calls")
+  @Test(
+    "a wait inside the token's own initializer stops with a message naming both calls", .exitTest)
   func waitInsideItsOwnInitializer() async {
     #if compiler(>=6.2)
       let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
