@@ -13,7 +13,12 @@ import Testing
 /// from main context, a queue it runs, itself) is a proof on its own, and a queue's target chain
 /// is part of what a wait for the queue waits for. Each shape runs in an exit test's process:
 /// one that must be stopped, with its message checked; one that must recover, to its end.
-@Suite("Self-waits and target chains")
+///
+/// Serialized for Swift before 6.2: there an exit test's process is this test runner filtered to
+/// the test function (`expectProcessExit`), which runs every case of a parameterized test. One
+/// at a time, the cases before the child's own end before its body starts, and those after it
+/// never start; side by side, their output ran into what the child's body printed.
+@Suite("Self-waits and target chains", .serialized)
 struct SelfWaitTests {
   /// A deadlock through a wait for a target that only the waiting thread could run, or that
   /// waits behind its target.
