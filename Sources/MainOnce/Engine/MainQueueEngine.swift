@@ -88,9 +88,10 @@ enum MainQueueEngine {
   /// `withoutActuallyEscaping` checks exactly that.
   ///
   /// The record is unretained safely because the thread's key keeps its record alive while the
-  /// thread runs, and the call ends before the thread does. Unretained, the record costs no
-  /// retain and release: two atomic operations of a first call in main context. Said here and not in the body, where each comment line would count as
-  /// a line of a first call's coverage (see ``MainQueueEngine``).
+  /// thread runs, and the call ends before the thread does. Unretained, the record costs no retain
+  /// and release: two atomic operations of a first call in main context. Said here and not in the
+  /// body, where each comment line would count as a line of a first call's coverage (see
+  /// ``MainQueueEngine``).
   private static func resolve(_ cell: OnceCell, site: CallSite, _ attempt: Attempt) -> Resolution {
     ThreadRecord.unmanaged(at: site)._withUnsafeGuaranteedRef { resolve(cell, site, attempt, $0) }
   }

@@ -9,10 +9,11 @@ internal import _CMainOnceShims
 /// object's side table may share (one pair in four of objects weakly referenced one after the
 /// other). Measured side by side (`MainOnceBenchmarks objects` built for tests, the weak load on
 /// cells made with `ObjectLifetimes.usesWeakLoads`; the figures are in Benchmarks/README.md):
-/// a weak load costs several times the side-table read, and two threads on two objects whose
-/// side tables share a line slow each other down, where the side-table read does not. Instead, a cell keeps the address of its object's side table, which its
-/// weak reference keeps allocated: an object at the same address in a later lifetime cannot
-/// have that side table, and the side table's bits say whether the object is deinitializing.
+/// a weak load costs several times the side-table read, and two threads on two objects whose side
+/// tables share a line slow each other down, where the side-table read does not. Instead, a cell
+/// keeps the address of its object's side table, which its weak reference keeps allocated: an
+/// object at the same address in a later lifetime cannot have that side table, and the side table's
+/// bits say whether the object is deinitializing.
 /// Both are plain reads (see `mainonce_side_table` in the C shim for the layout).
 ///
 /// The layout is the Swift runtime's own. At first use MainOnce checks it on objects of its
