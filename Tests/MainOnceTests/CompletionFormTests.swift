@@ -66,50 +66,61 @@ struct CompletionFormTests {
 
   @Test("handlers run once each, in the order the calls arrived, on the given queue")
   func handlersRunInArrivalOrder() async {
-    let started = DispatchSemaphore(value: 0)
-    let release = DispatchSemaphore(value: 0)
-    let initialized = Atomic(false)
-    Thread {
-      onceOnMain(token: Tokens.ordered) {
-        started.signal()
-        holdMainQueue(until: release)
-        initialized.store(true, ordering: .releasing)
+    await holdingTheMainQueue { turn in
+      let started = DispatchSemaphore(value: 0)
+      let release = DispatchSemaphore(value: 0)
+      let initialized = Atomic(false)
+      let queue = DispatchQueue(label: "completions")
+      let key = DispatchSpecificKey<Bool>()
+      queue.setSpecific(key: key, value: true)
+      let order = Recorder<Int>()
+      let onQueue = Recorder<Bool>()
+      let afterInitializer = Recorder<Bool>()
+      let handled = DispatchGroup()
+      @Sendable func call(_ index: Int) {
+        handled.enter()
+        onceOnMain(token: Tokens.ordered, completionQueue: queue) {
+          order.record(-1)  // never runs: the blocked initializer succeeds
+        } completion: {
+          order.record(index)
+          onQueue.record(DispatchQueue.getSpecific(key: key) == true)
+          afterInitializer.record(initialized.load(ordering: .acquiring))
+          handled.leave()
+        }
       }
-    }.start()
-    guard await wait(for: started) else { return }
-    defer { release.signal() }
-
-    let queue = DispatchQueue(label: "completions")
-    let key = DispatchSpecificKey<Bool>()
-    queue.setSpecific(key: key, value: true)
-    let order = Recorder<Int>()
-    let onQueue = Recorder<Bool>()
-    let afterInitializer = Recorder<Bool>()
-    let handled = DispatchGroup()
-    @Sendable func call(_ index: Int) {
-      handled.enter()
-      onceOnMain(token: Tokens.ordered, completionQueue: queue) {
-        order.record(-1)  // never runs: the blocked initializer succeeds
-      } completion: {
-        order.record(index)
-        onQueue.record(DispatchQueue.getSpecific(key: key) == true)
-        afterInitializer.record(initialized.load(ordering: .acquiring))
-        handled.leave()
+      Thread {
+        onceOnMain(token: Tokens.ordered) {
+          started.signal()
+          holdMainQueue(until: release, turn)
+          initialized.store(true, ordering: .releasing)
+        }
+      }.start()
+      defer { release.signal() }
+      // On a thread of its own, from the moment the initializer holds the main queue to its
+      // release: the hold's length depends on nothing that waits for the cooperative pool.
+      let held = await onThread { () -> Bool in
+        guard started.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+          return false
+        }
+        for index in 0..<2_000 { call(index) }  // queued behind the running initializer
+        release.signal()
+        // Calls racing with the finish, and then after it: their handlers come after the queued
+        // ones.
+        for index in 2_000..<4_000 { call(index) }
+        return true
       }
+      guard held == true else {
+        Issue.record("the initializer did not start")
+        return
+      }
+      let finished = await onThread {
+        handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+      }
+      #expect(finished == true)
+      #expect(order.recorded == Array(0..<4_000))
+      #expect(onQueue.recorded.allSatisfy { $0 })
+      #expect(afterInitializer.recorded.allSatisfy { $0 }, "a handler ran before the initializer")
     }
-    for index in 0..<2_000 { call(index) }  // queued behind the running initializer
-    release.signal()
-    // Calls racing with the finish, and then after it: their handlers come after the queued ones.
-    await onThread {
-      for index in 2_000..<4_000 { call(index) }
-    }
-    let finished = await onThread {
-      handled.wait(timeout: .now() + TimeScale.seconds(10)) == .success
-    }
-    #expect(finished == true)
-    #expect(order.recorded == Array(0..<4_000))
-    #expect(onQueue.recorded.allSatisfy { $0 })
-    #expect(afterInitializer.recorded.allSatisfy { $0 }, "a handler ran before the initializer")
   }
 
   @Test("many callers on many threads cause one run, and every handler runs once")

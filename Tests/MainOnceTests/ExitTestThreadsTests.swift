@@ -38,7 +38,7 @@ struct ExitTestThreadsTests {
 
   @Test("a task waits for a slot while all are taken, and gets the first one given back")
   func slotsBoundTheTestsInFlight() async throws {
-    let slots = ExitTestThreads.Slots(2)
+    let slots = TaskSlots(2)
     await slots.take()
     await slots.take()
     let third = Recorder<Int>()

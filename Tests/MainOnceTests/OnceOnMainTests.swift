@@ -99,49 +99,51 @@ struct OnceOnMainTests {
 
   @Test("callers waiting on a failed attempt run the next attempt themselves")
   func waitersRunTheNextAttempt() async throws {
-    let firstStarted = DispatchSemaphore(value: 0)
-    let releaseFirst = DispatchSemaphore(value: 0)
-    let runs = Atomic(0)
-    let outcomes = Locked<[Int: Result<Void, Failure>]>([:])
+    await holdingTheMainQueue { turn in
+      let firstStarted = DispatchSemaphore(value: 0)
+      let releaseFirst = DispatchSemaphore(value: 0)
+      let runs = Atomic(0)
+      let outcomes = Locked<[Int: Result<Void, Failure>]>([:])
 
-    let first = Thread {
-      let result = Result { () throws(Failure) in
-        try onceOnMain(token: Tokens.handover) { () throws(Failure) in
-          runs.add(1, ordering: .relaxed)
-          firstStarted.signal()
-          holdMainQueue(until: releaseFirst)
-          throw Failure(caller: 0)
+      let first = Thread {
+        let result = Result { () throws(Failure) in
+          try onceOnMain(token: Tokens.handover) { () throws(Failure) in
+            runs.add(1, ordering: .relaxed)
+            firstStarted.signal()
+            holdMainQueue(until: releaseFirst, turn)
+            throw Failure(caller: 0)
+          }
         }
+        outcomes.withLock { $0[0] = result }
       }
-      outcomes.withLock { $0[0] = result }
-    }
-    first.start()
-    guard await wait(for: firstStarted) else { return }
-    // Two more callers queue up behind the failing attempt; then it fails.
-    Thread {
-      _ = waitUntil { waitingCallers(labelContaining: "\"handover\"") >= 2 }
-      releaseFirst.signal()
-    }.start()
-    await raceThreads(2) { caller in
-      let result = Result { () throws(Failure) in
-        try onceOnMain(token: Tokens.handover) { () throws(Failure) in
-          runs.add(1, ordering: .relaxed)
+      first.start()
+      guard await wait(for: firstStarted) else { return }
+      // Two more callers queue up behind the failing attempt; then it fails.
+      Thread {
+        _ = waitUntil { waitingCallers(labelContaining: "\"handover\"") >= 2 }
+        releaseFirst.signal()
+      }.start()
+      await raceThreads(2) { caller in
+        let result = Result { () throws(Failure) in
+          try onceOnMain(token: Tokens.handover) { () throws(Failure) in
+            runs.add(1, ordering: .relaxed)
+          }
         }
+        outcomes.withLock { $0[caller + 1] = result }
       }
-      outcomes.withLock { $0[caller + 1] = result }
+      let allReturned = await onThread {
+        waitUntil { outcomes.withLock { $0.count } == 3 }
+      }
+      guard allReturned == true else {
+        Issue.record("the first caller did not return")
+        return
+      }
+      let results = outcomes.withLock { $0 }
+      #expect(throws: Failure(caller: 0)) { try results[0]!.get() }
+      #expect(throws: Never.self) { try results[1]!.get() }
+      #expect(throws: Never.self) { try results[2]!.get() }
+      #expect(runs.load(ordering: .relaxed) == 2, "the failing attempt and one successful attempt")
     }
-    let allReturned = await onThread {
-      waitUntil { outcomes.withLock { $0.count } == 3 }
-    }
-    guard allReturned == true else {
-      Issue.record("the first caller did not return")
-      return
-    }
-    let results = outcomes.withLock { $0 }
-    #expect(throws: Failure(caller: 0)) { try results[0]!.get() }
-    #expect(throws: Never.self) { try results[1]!.get() }
-    #expect(throws: Never.self) { try results[2]!.get() }
-    #expect(runs.load(ordering: .relaxed) == 2, "the failing attempt and one successful attempt")
   }
 
   @Test("each error reaches only the caller whose initializer threw it")

@@ -67,7 +67,7 @@ private final class Gate: Sendable {}
 /// others succeed. Returns whether this caller's call threw.
 private func attempt(
   for object: some AnyObject & Sendable, onMain: Bool, caller: Int, ran: Recorder<Int>,
-  started: DispatchSemaphore, release: DispatchSemaphore
+  started: DispatchSemaphore, release: DispatchSemaphore, _ turn: MainQueueTurn
 ) -> Bool {
   let body = { () throws(BodyFailed) in
     ran.record(caller)
@@ -75,7 +75,7 @@ private func attempt(
     started.signal()
     if onMain {
       // In main context: bounded, as every hold of the main queue is.
-      holdMainQueue(until: release)
+      holdMainQueue(until: release, turn)
     } else {
       // On the caller's thread: bounded only against a hang.
       _ = release.wait(timeout: .now() + TimeScale.seconds(10))
@@ -96,13 +96,15 @@ private func attempt(
 
 /// Starts `count` callers with `start` (passed 0, 1, …), once `started` says the first caller's
 /// body runs, each once the one before has queued behind it (the cell labelled with `label`
-/// counts it); returns what `start` returned for those that queued, which is all of them unless
-/// the test fails. All of it on a thread of its own, not the test's task: the body holds its
-/// call site for a bounded time (the main queue for ``TestProcessSettings/mainQueueHold``), and
-/// a wait for the cooperative pool, which other tests may keep busy for seconds on a loaded
-/// machine, could let that time run out before the callers queue.
+/// counts it), and then signals `release`, which ends the first body; returns what `start`
+/// returned for those that queued, which is all of them unless the test fails. All of it on a
+/// thread of its own, not the test's task: the body holds its call site for a bounded time (the
+/// main queue for ``TestProcessSettings/mainQueueHold``), and a wait for the cooperative pool,
+/// which other tests may keep busy for seconds on a loaded machine, could let that time run out
+/// before the callers queue, or hold the call site (and the main queue) after they have.
 private func queueBehind<Caller: Sendable>(
   _ started: DispatchSemaphore, label: String, count: Int = 1,
+  thenRelease release: DispatchSemaphore,
   sourceLocation: SourceLocation = #_sourceLocation,
   _ start: @escaping @Sendable (Int) -> Caller
 ) async -> [Caller] {
@@ -117,6 +119,7 @@ private func queueBehind<Caller: Sendable>(
         guard waitUntil({ waitingCallers(labelContaining: label) == caller + 1 }) else { break }
         queued.append(call)
       }
+      release.signal()
       return queued
     } ?? []
   if queued.count < count {
@@ -177,64 +180,71 @@ struct PerObjectTests {
     "a failed body leaves the call site fresh, and a waiting caller runs its own",
     arguments: [true, false])
   func failureHandsOver(onMain: Bool) async {
-    let object: any AnyObject & Sendable = onMain ? Ledger() : Register()
-    let label = "for a \(type(of: object))"
-    let ran = Recorder<Int>()
-    let started = DispatchSemaphore(value: 0)
-    let release = DispatchSemaphore(value: 0)
-    let first = CallerThread {
-      attempt(for: object, onMain: onMain, caller: 0, ran: ran, started: started, release: release)
-    }
-    defer { release.signal() }
-    // The second caller queues up behind the failing body before it fails.
-    let second = await queueBehind(started, label: label) { _ in
-      CallerThread {
+    await holdingTheMainQueue { turn in
+      let object: any AnyObject & Sendable = onMain ? Ledger() : Register()
+      let label = "for a \(type(of: object))"
+      let ran = Recorder<Int>()
+      let started = DispatchSemaphore(value: 0)
+      let release = DispatchSemaphore(value: 0)
+      let first = CallerThread {
         attempt(
-          for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release)
+          for: object, onMain: onMain, caller: 0, ran: ran, started: started, release: release, turn
+        )
       }
-    }.first
-    #expect(second != nil)
-    guard let second else { return }
-    release.signal()
-    guard await wait(for: second.returned) else { return }
-    #expect(second.threw == false)
-    guard await wait(for: first.returned) else { return }
-    #expect(first.threw)
-    #expect(ran.recorded == [0, 1])
+      defer { release.signal() }
+      // The second caller queues up behind the failing body before it fails.
+      let second = await queueBehind(started, label: label, thenRelease: release) { _ in
+        CallerThread {
+          attempt(
+            for: object, onMain: onMain, caller: 1, ran: ran, started: started, release: release,
+            turn)
+        }
+      }.first
+      #expect(second != nil)
+      guard let second else { return }
+      guard await wait(for: second.returned) else { return }
+      #expect(second.threw == false)
+      guard await wait(for: first.returned) else { return }
+      #expect(first.threw)
+      #expect(ran.recorded == [0, 1])
+    }
   }
 
   @Test(
     "when a body fails, the caller that has waited longest runs next", arguments: [true, false])
   func failureHandsOverInArrivalOrder(onMain: Bool) async {
-    let object: any AnyObject & Sendable = onMain ? Turnstile() : Gate()
-    let label = "for a \(type(of: object))"
-    let ran = Recorder<Int>()
-    let started = DispatchSemaphore(value: 0)
-    let release = DispatchSemaphore(value: 0)
-    let returned = DispatchGroup()
-    @Sendable func call(_ caller: Int) {
-      returned.enter()
-      Thread {
-        _ = attempt(
-          for: object, onMain: onMain, caller: caller, ran: ran, started: started,
-          release: release)
-        returned.leave()
-      }.start()
+    await holdingTheMainQueue { turn in
+      let object: any AnyObject & Sendable = onMain ? Turnstile() : Gate()
+      let label = "for a \(type(of: object))"
+      let ran = Recorder<Int>()
+      let started = DispatchSemaphore(value: 0)
+      let release = DispatchSemaphore(value: 0)
+      let returned = DispatchGroup()
+      @Sendable func call(_ caller: Int) {
+        returned.enter()
+        Thread {
+          _ = attempt(
+            for: object, onMain: onMain, caller: caller, ran: ran, started: started,
+            release: release, turn)
+          returned.leave()
+        }.start()
+      }
+      call(0)
+      defer { release.signal() }
+      // Callers 1 and 2 queue up behind the failing body, in this order.
+      let queued = await queueBehind(
+        started, label: label, count: 2, thenRelease: release
+      ) { caller in
+        call(caller + 1)
+      }.count
+      #expect(queued == 2)
+      let allReturned = await onThread {
+        returned.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+      }
+      #expect(allReturned == true)
+      // Caller 1's body succeeds: caller 2 is answered without running its own.
+      #expect(ran.recorded == [0, 1])
     }
-    call(0)
-    defer { release.signal() }
-    // Callers 1 and 2 queue up behind the failing body, in this order.
-    let queued = await queueBehind(started, label: label, count: 2) { caller in
-      call(caller + 1)
-    }.count
-    #expect(queued == 2)
-    release.signal()
-    let allReturned = await onThread {
-      returned.wait(timeout: .now() + TimeScale.seconds(10)) == .success
-    }
-    #expect(allReturned == true)
-    // Caller 1's body succeeds: caller 2 is answered without running its own.
-    #expect(ran.recorded == [0, 1])
   }
 
   @Test("runOnce runs on the calling thread")

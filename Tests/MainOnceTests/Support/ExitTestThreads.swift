@@ -46,7 +46,7 @@ extension Trait where Self == ExitTestOffThePool {
 final class ExitTestThreads: TaskExecutor {
   static let shared = ExitTestThreads()
   /// How many tests with an exit test may be in flight: one per CPU.
-  static let slots = Slots(ProcessInfo.processInfo.activeProcessorCount)
+  static let slots = TaskSlots(ProcessInfo.processInfo.activeProcessorCount)
 
   /// Whether the calling code runs on one of these threads.
   static var isCurrent: Bool { Thread.current.threadDictionary[marker] != nil }
@@ -61,44 +61,5 @@ final class ExitTestThreads: TaskExecutor {
       Thread.current.threadDictionary[Self.marker] = true
       job.runSynchronously(on: executor)
     }.start()
-  }
-
-  /// A counting semaphore for tasks: `take()` suspends, without blocking a thread, until one of
-  /// the slots is free; waiting tasks get them in the order they asked.
-  final class Slots: Sendable {
-    private struct State {
-      var free: Int
-      var waiting: [CheckedContinuation<Void, Never>] = []
-    }
-    // A pthread mutex, not `Mutex`: ThreadSanitizer does not see the futex `Mutex` locks with on
-    // Linux.
-    private let state: Locked<State>
-
-    init(_ count: Int) { state = Locked(State(free: count)) }
-
-    func take() async {
-      await withCheckedContinuation { continuation in
-        let taken = state.withLock { state in
-          guard state.free > 0 else {
-            state.waiting.append(continuation)
-            return false
-          }
-          state.free -= 1
-          return true
-        }
-        if taken { continuation.resume() }
-      }
-    }
-
-    func give() {
-      let next = state.withLock { state in
-        guard !state.waiting.isEmpty else {
-          state.free += 1
-          return nil as CheckedContinuation<Void, Never>?
-        }
-        return state.waiting.removeFirst()
-      }
-      next?.resume()
-    }
   }
 }

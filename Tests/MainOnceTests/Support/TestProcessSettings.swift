@@ -51,9 +51,3 @@ extension Trait where Self == TestProcessSettings {
   /// This suite's tests wait for initializers in the test process (see ``TestProcessSettings``).
   static var testProcessSettings: Self { Self() }
 }
-
-/// Holds the main queue (the caller is in main context: an initializer or a body that runs
-/// there) until `release` is signalled, for at most ``TestProcessSettings/mainQueueHold``.
-func holdMainQueue(until release: DispatchSemaphore) {
-  _ = release.wait(timeout: .now() + TestProcessSettings.mainQueueHold.seconds)
-}

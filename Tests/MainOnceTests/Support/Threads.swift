@@ -100,31 +100,3 @@ func boundExitTest(seconds: Double = 10) {
     exit(3)
   }.start()
 }
-
-/// A blocking caller whose initializer holds the main queue until released, so that other
-/// callers of its token wait behind it. Bounded: a failing test cannot leave the main queue
-/// blocked for the others.
-struct MainQueueHold {
-  let release = DispatchSemaphore(value: 0)
-
-  /// Calls `call`, on a thread of its own, with an initializer that records `0` in `runs` and
-  /// then holds the main queue; returns once it holds it, or `nil` (with an issue) if it never
-  /// does.
-  static func start(
-    runs: Recorder<Int>,
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ call: @escaping @Sendable (_ initializer: @escaping @MainActor @Sendable () -> Void) -> Void
-  ) async -> MainQueueHold? {
-    let hold = MainQueueHold()
-    let started = DispatchSemaphore(value: 0)
-    Thread {
-      call { [release = hold.release] in
-        runs.record(0)
-        started.signal()
-        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
-      }
-    }.start()
-    guard await wait(for: started, sourceLocation: sourceLocation) else { return nil }
-    return hold
-  }
-}
