@@ -223,18 +223,19 @@ enum DeadlockScenario: String, CaseIterable {
     case .slowInitializer:
       let running = DispatchSemaphore(value: 0)
       let bodyRunning = DispatchSemaphore(value: 0)
-      lookOnceParked(3)
+      let looking = lookOnceParked(3)
       Thread {
         onceOnMain(token: Tokens.token) {
           running.signal()
-          usleep(TimeScale.microseconds(1_800_000))
+          sleep(afterLooking: looking, microseconds: 1_800_000)
         }
       }.start()
       let object = Owner()
-      Thread { runOnceSlowly(for: object, running: bodyRunning) }.start()
+      Thread { runOnceSlowly(for: object, running: bodyRunning, after: looking) }.start()
       Thread {
         _ = bodyRunning.wait(timeout: .now() + TimeScale.seconds(10))
-        runOnceSlowly(for: object, running: bodyRunning)  // waits for the first, on this thread
+        // Waits for the first, on this thread.
+        runOnceSlowly(for: object, running: bodyRunning, after: looking)
       }.start()
       Thread {
         _ = running.wait(timeout: .now() + TimeScale.seconds(10))
@@ -350,11 +351,11 @@ enum DeadlockScenario: String, CaseIterable {
       _ = DispatchSemaphore(value: 0).wait(timeout: .now() + TimeScale.seconds(3))
     case .manyWaiters:
       let running = DispatchSemaphore(value: 0)
-      lookOnceParked(65)
+      let looking = lookOnceParked(65)
       Thread {
         onceOnMain(token: Tokens.token) {
           running.signal()
-          usleep(TimeScale.microseconds(2_500_000))
+          sleep(afterLooking: looking, microseconds: 2_500_000)
         }
       }.start()
       Thread {
@@ -434,26 +435,43 @@ private final class TokenHolder: Sendable {
 /// An object to scope `runOnce(for:)` to.
 private final class Owner: Sendable {}
 
-/// One `runOnce(for:)` call site, whose body signals `running`, then takes 1.8 s (scaled).
-private func runOnceSlowly(for object: AnyObject, running: DispatchSemaphore) {
+/// One `runOnce(for:)` call site, whose body signals `running`, then takes 1.8 s (scaled) once
+/// the watchdog looks.
+private func runOnceSlowly(
+  for object: AnyObject, running: DispatchSemaphore, after looking: DispatchGroup
+) {
   runOnce(for: object) {
     running.signal()
-    usleep(TimeScale.microseconds(1_800_000))
+    sleep(afterLooking: looking, microseconds: 1_800_000)
   }
 }
 
 /// Holds the watchdog's first look at a stall until `count` threads are parked in MainOnce, so
 /// that its report lists every caller however long they took to arrive: the stall timeout is an
 /// hour until then, and the default, a second, from then on (a new timeout applies at once).
-private func lookOnceParked(_ count: Int) {
+/// Returns a group that is left once the default is back: a slow body waits for it before its
+/// own time begins, so that the report comes before the body ends however long the callers took
+/// to park (on a loaded machine, under ThreadSanitizer, that once ate all of a body's time).
+private func lookOnceParked(_ count: Int) -> DispatchGroup {
   let defaults = DeadlockDetection.stalls
   DeadlockDetection.stalls = .report(after: .seconds(3_600))
+  let looking = DispatchGroup()
+  looking.enter()
   Thread {
     guard waitUntilParked(count) else {
       verdict(false, "only \(Instrumentation.parkedThreads) of \(count) callers parked")
     }
     DeadlockDetection.stalls = defaults
+    looking.leave()
   }.start()
+  return looking
+}
+
+/// Waits until `looking` (from ``lookOnceParked(_:)``) says the watchdog looks, then sleeps
+/// `microseconds` (scaled): a slow body's time.
+private func sleep(afterLooking looking: DispatchGroup, microseconds: UInt32) {
+  _ = looking.wait(timeout: .now() + TimeScale.seconds(20))
+  usleep(TimeScale.microseconds(microseconds))
 }
 
 /// A report handler that prints `HANDLER <kind> <first line>` at once.

@@ -238,7 +238,9 @@ enum DetectorScenario: String, CaseIterable {
       }.start()
     case .raisedStallTimeout, .loweredStallTimeoutAfterReport:
       let raises = self == .raisedStallTimeout
-      DeadlockDetection.stalls = .abort(after: raises ? .milliseconds(300) : .seconds(3))
+      // Raised: the handler, on a thread of its own, has a timeout (1 s, scaled) to raise it
+      // before the look that could stop the process.
+      DeadlockDetection.stalls = .abort(after: raises ? .seconds(1).scaled : .seconds(3))
       let reported = Atomic(false)
       DeadlockDetection.reportHandler = { report in
         if report.kind == .stall, !reported.exchange(true, ordering: .relaxed) {
@@ -249,9 +251,9 @@ enum DetectorScenario: String, CaseIterable {
       let never = DispatchSemaphore(value: 0)
       DispatchQueue.main.async {
         Thread { callAndFinish() }.start()
-        // Raised: 2 s, scaled so that the first report comes meanwhile on a loaded machine,
-        // and well short of the raised 10 s timeout whatever the scale.
-        _ = never.wait(timeout: .now() + (raises ? min(TimeScale.seconds(2), 5) : 30))
+        // Raised: three timeouts, so that the first report comes meanwhile and a look under
+        // the first timeout would stop it; short of the raised 10 s timeout whatever the scale.
+        _ = never.wait(timeout: .now() + (raises ? min(TimeScale.seconds(3), 8) : 30))
       }
     case .cycleClosedByWorker:
       let worker = DispatchQueue(label: "worker")
