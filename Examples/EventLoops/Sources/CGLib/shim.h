@@ -1,3 +1,2 @@
-// GLib, and its Unix-specific API (g_unix_fd_add), which <glib.h> does not include.
+// GLib: the main loop and its sources (g_source_new, g_source_add_unix_fd).
 #include <glib.h>
-#include <glib-unix.h>
