@@ -1,5 +1,6 @@
 import Foundation
 import MainOnce
+import MainOnceFixtureSupport
 import Testing
 
 /// A test's turn to hold the main queue on purpose: only ``holdingTheMainQueue(_:)`` makes one,
@@ -37,8 +38,11 @@ func holdMainQueue(until release: DispatchSemaphore, _ turn: MainQueueTurn) {
 }
 
 /// A blocking caller whose initializer holds the main queue until released, so that other
-/// callers of its token wait behind it. Bounded as every hold is: a failing test cannot leave
-/// the main queue blocked for the others.
+/// callers of its token wait behind it. Bounded, so that a failing test cannot leave the main
+/// queue blocked for good: by 10 s (scaled), not ``TestProcessSettings/mainQueueHold``, since
+/// what its tests wait for meanwhile (a cancelled task's answer) needs the cooperative pool,
+/// and in a busy ThreadSanitizer run the whole test process once stood still for 20 s, longer
+/// than the shorter bound scaled. It still takes a turn: no other hold is queued behind it.
 struct MainQueueHold {
   let release = DispatchSemaphore(value: 0)
 
@@ -56,7 +60,7 @@ struct MainQueueHold {
       call { [release = hold.release] in
         runs.record(0)
         started.signal()
-        holdMainQueue(until: release, turn)
+        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
       }
     }.start()
     guard await wait(for: started, sourceLocation: sourceLocation) else { return nil }
