@@ -119,6 +119,7 @@ struct AsyncOnceOnMainTests {
       defer { release.signal() }
       // Released from a thread of its own once the five below wait, not from this task: the
       // hold's length depends on nothing that waits for the cooperative pool after they queue.
+      // Only that thread looks for the fifth: once it releases, the count falls.
       Thread {
         _ = waitUntil { callersWaiting { $0.contains("\"async retries\"") } == 6 }
         release.signal()
@@ -134,9 +135,9 @@ struct AsyncOnceOnMainTests {
             }
           })
         // Queued behind the first caller and those before it: they arrive in order.
+        guard caller < 5 else { break }
         _ = await eventually { callersWaiting { $0.contains("\"async retries\"") } == caller + 1 }
       }
-      release.signal()
       await #expect(throws: AttemptFailed(caller: 0)) {
         try await withinTimeLimit { try await first.value }
       }
