@@ -1,2 +1,3 @@
-// GLib: the main loop and its sources (g_source_new, g_source_add_unix_fd).
+// GLib, and its Unix-specific API (g_unix_fd_add), which <glib.h> does not include.
 #include <glib.h>
+#include <glib-unix.h>
