@@ -227,7 +227,7 @@ enum DeadlockScenario: String, CaseIterable {
       Thread {
         onceOnMain(token: Tokens.token) {
           running.signal()
-          sleep(afterLooking: looking, microseconds: 1_800_000)
+          takeTime(afterLooking: looking, microseconds: 1_800_000)
         }
       }.start()
       let object = Owner()
@@ -355,7 +355,7 @@ enum DeadlockScenario: String, CaseIterable {
       Thread {
         onceOnMain(token: Tokens.token) {
           running.signal()
-          sleep(afterLooking: looking, microseconds: 2_500_000)
+          takeTime(afterLooking: looking, microseconds: 2_500_000)
         }
       }.start()
       Thread {
@@ -442,7 +442,7 @@ private func runOnceSlowly(
 ) {
   runOnce(for: object) {
     running.signal()
-    sleep(afterLooking: looking, microseconds: 1_800_000)
+    takeTime(afterLooking: looking, microseconds: 1_800_000)
   }
 }
 
@@ -469,7 +469,7 @@ private func lookOnceParked(_ count: Int) -> DispatchGroup {
 
 /// Waits until `looking` (from ``lookOnceParked(_:)``) says the watchdog looks, then sleeps
 /// `microseconds` (scaled): a slow body's time.
-private func sleep(afterLooking looking: DispatchGroup, microseconds: UInt32) {
+private func takeTime(afterLooking looking: DispatchGroup, microseconds: UInt32) {
   _ = looking.wait(timeout: .now() + TimeScale.seconds(20))
   usleep(TimeScale.microseconds(microseconds))
 }

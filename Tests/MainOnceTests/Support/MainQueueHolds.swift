@@ -32,17 +32,21 @@ extension MainQueueTurn {
 }
 
 /// Holds the main queue (the caller is in main context: an initializer or a body that runs
-/// there) until `release` is signalled, for at most ``TestProcessSettings/mainQueueHold``.
-func holdMainQueue(until release: DispatchSemaphore, _ turn: MainQueueTurn) {
-  _ = release.wait(timeout: .now() + TestProcessSettings.mainQueueHold.seconds)
+/// there) until `release` is signalled, for at most `bound` (a scaled duration). `turn` is not
+/// read: it is the proof that this test holds the main queue alone.
+func holdMainQueue(
+  until release: DispatchSemaphore, _ turn: MainQueueTurn,
+  for bound: Duration = TestProcessSettings.mainQueueHold
+) {
+  _ = release.wait(timeout: .now() + bound.seconds)
 }
 
 /// A blocking caller whose initializer holds the main queue until released, so that other
 /// callers of its token wait behind it. Bounded, so that a failing test cannot leave the main
 /// queue blocked for good: by 10 s (scaled), not ``TestProcessSettings/mainQueueHold``, since
 /// what its tests wait for meanwhile (a cancelled task's answer) needs the cooperative pool,
-/// and in a busy ThreadSanitizer run the whole test process once stood still for 20 s, longer
-/// than the shorter bound scaled. It still takes a turn: no other hold is queued behind it.
+/// and in a busy ThreadSanitizer run the shorter bound ran out before that task ran. It still
+/// takes a turn: no other hold is queued behind it.
 struct MainQueueHold {
   let release = DispatchSemaphore(value: 0)
 
@@ -60,7 +64,7 @@ struct MainQueueHold {
       call { [release = hold.release] in
         runs.record(0)
         started.signal()
-        _ = release.wait(timeout: .now() + TimeScale.seconds(10))
+        holdMainQueue(until: release, turn, for: .seconds(10).scaled)
       }
     }.start()
     guard await wait(for: started, sourceLocation: sourceLocation) else { return nil }
