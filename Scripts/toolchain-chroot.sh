@@ -70,31 +70,8 @@ debian_arch() {
 }
 foreign() { [[ $(debian_arch "$1") != "$(dpkg --print-architecture)" ]]; }
 
-# Host packages, installed with apt-get where missing. One of this script's apt-gets runs at a
-# time (.ci/toolchains makes both suites' chroots at once, and on a new machine each needs
-# debootstrap), and whoever waited installs only what is still missing. Another apt-get on the
-# machine (machines are shared) is waited for rather than failed on: `DPkg::Lock::Timeout`
-# covers dpkg's lock, not the package lists' lock that `update` takes, so `update` is retried.
-apt_install() {
-  mkdir -p "$chroot_root"
-  (
-    exec 7>"$chroot_root/.apt-get.lock"
-    flock 7
-    local package missing=() attempt
-    for package in "$@"; do
-      dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" ||
-        missing+=("$package")
-    done
-    ((${#missing[@]} > 0)) || exit 0
-    for attempt in $(seq 60); do
-      apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null && break
-      ((attempt < 60)) || exit 1
-      sleep 10
-    done
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-      "${missing[@]}" >/dev/null
-  )
-}
+# Host packages, installed with apt-get where missing (see Scripts/apt-install.sh).
+apt_install() { "$package_root/Scripts/apt-install.sh" "$@"; }
 
 # Debian's names: the architecture, qemu's name for it, and binfmt_misc's entry for it.
 declare -A qemu_name=([arm64]=aarch64)
