@@ -41,12 +41,12 @@ struct RaceStory {
       }
       dispatchMain()
     case .foreignLoop:
-      // As a GLib, SDL or libuv loop would: wait for the driver's descriptor among others, and
-      // drain the main queue when it is readable.
+      // As a GLib, SDL or libuv loop would: wait for the driver's descriptor among others, no
+      // longer than until RunLoop.main's next timer is due, and drain when it wakes.
       var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
       while true {
-        _ = poll(&events, 1, -1)
-        if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+        _ = poll(&events, 1, MainQueueDriver.timeoutMilliseconds)
+        MainQueueDriver.drain()
       }
     }
   }

@@ -482,6 +482,14 @@ bool mainonce_is_live_with_side_table(const void *object, uintptr_t side_table) 
 extern void *_Nullable CFRunLoopGetMain(void) __attribute__((weak));
 extern void *_Nullable CFRunLoopCopyCurrentMode(void *_Nullable runLoop) __attribute__((weak));
 extern void CFRelease(const void *object) __attribute__((weak));
+// `kCFRunLoopDefaultMode` is a variable (a CFStringRef); CoreFoundation's `Boolean` is C's `bool`
+// on Linux, `CFTimeInterval` and `CFAbsoluteTime` are doubles, `CFRunLoopRunResult` an int32.
+extern const void *const kCFRunLoopDefaultMode __attribute__((weak));
+extern int32_t CFRunLoopRunInMode(const void *mode, double seconds, bool returnAfterSourceHandled)
+    __attribute__((weak));
+extern double CFRunLoopGetNextTimerFireDate(void *_Nullable runLoop, const void *mode)
+    __attribute__((weak));
+extern double CFAbsoluteTimeGetCurrent(void) __attribute__((weak));
 
 bool mainonce_main_run_loop_is_running(void) {
   if (CFRunLoopGetMain == NULL || CFRunLoopCopyCurrentMode == NULL || CFRelease == NULL) {
@@ -491,4 +499,22 @@ bool mainonce_main_run_loop_is_running(void) {
   if (mode == NULL) return false;
   CFRelease(mode);
   return true;
+}
+
+bool mainonce_main_run_loop_pass(void) {
+  if (&kCFRunLoopDefaultMode == NULL || CFRunLoopRunInMode == NULL) return false;
+  (void)CFRunLoopRunInMode(kCFRunLoopDefaultMode, 0, false);
+  return true;
+}
+
+double mainonce_main_run_loop_next_timer(void) {
+  if (&kCFRunLoopDefaultMode == NULL || CFRunLoopGetMain == NULL ||
+      CFRunLoopGetNextTimerFireDate == NULL || CFAbsoluteTimeGetCurrent == NULL) {
+    return -1;
+  }
+  // 0 when the mode has no timer; otherwise an absolute time (seconds since 2001, wall clock).
+  double fireDate = CFRunLoopGetNextTimerFireDate(CFRunLoopGetMain(), kCFRunLoopDefaultMode);
+  if (fireDate == 0) return -1;
+  double interval = fireDate - CFAbsoluteTimeGetCurrent();
+  return interval > 0 ? interval : 0;
 }

@@ -153,20 +153,78 @@ struct GLib {
   private typealias UnixFDAdd =
     @convention(c) (Int32, UInt32, FDSourceFunc, UnsafeMutableRawPointer?) -> UInt32
 
+  private typealias SourceNew =
+    @convention(c) (UnsafeMutablePointer<UnsafeRawPointer?>, UInt32) -> OpaquePointer?
+  private typealias SourceAddUnixFD =
+    @convention(c) (OpaquePointer?, Int32, UInt32) -> UnsafeMutableRawPointer?
+  typealias SourceQueryUnixFD =
+    @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> UInt32
+  private typealias SourceAttach = @convention(c) (OpaquePointer?, OpaquePointer?) -> UInt32
+
   private let mainLoopNew: MainLoopNew
   private let mainLoopRun: MainLoopRun
   private let unixFDAdd: UnixFDAdd
+  private let sourceNew: SourceNew
+  private let sourceAddUnixFD: SourceAddUnixFD
+  private let sourceQueryUnixFD: SourceQueryUnixFD
+  private let sourceAttach: SourceAttach
 
   /// GLib, or `nil` if it cannot be loaded here (`dlerror()` says why).
   static func load() -> GLib? {
     guard let library = dlopen("libglib-2.0.so.0", RTLD_NOW | RTLD_LOCAL),
       let new = dlsym(library, "g_main_loop_new"), let run = dlsym(library, "g_main_loop_run"),
-      let add = dlsym(library, "g_unix_fd_add")
+      let add = dlsym(library, "g_unix_fd_add"), let sourceNew = dlsym(library, "g_source_new"),
+      let addFD = dlsym(library, "g_source_add_unix_fd"),
+      let queryFD = dlsym(library, "g_source_query_unix_fd"),
+      let attach = dlsym(library, "g_source_attach")
     else { return nil }
     return GLib(
       mainLoopNew: unsafeBitCast(new, to: MainLoopNew.self),
       mainLoopRun: unsafeBitCast(run, to: MainLoopRun.self),
-      unixFDAdd: unsafeBitCast(add, to: UnixFDAdd.self))
+      unixFDAdd: unsafeBitCast(add, to: UnixFDAdd.self),
+      sourceNew: unsafeBitCast(sourceNew, to: SourceNew.self),
+      sourceAddUnixFD: unsafeBitCast(addFD, to: SourceAddUnixFD.self),
+      sourceQueryUnixFD: unsafeBitCast(queryFD, to: SourceQueryUnixFD.self),
+      sourceAttach: unsafeBitCast(attach, to: SourceAttach.self))
+  }
+
+  /// Runs a GLib main loop on this thread for ever, served by one source, as the article's
+  /// recipe is: `prepare` sets the loop's timeout to `MainQueueDriver.timeoutMilliseconds`
+  /// (and runs nothing), `check` says whether the descriptor is readable or a timer is due, and
+  /// `dispatch` drains, which runs the main queue's work and then a pass of `RunLoop.main`.
+  /// Each wait and drain is recorded in `LoopRecord.shared`.
+  func runServingRunLoop() -> Never {
+    typealias Prepare = @convention(c) (OpaquePointer?, UnsafeMutablePointer<Int32>?) -> Int32
+    typealias Check = @convention(c) (OpaquePointer?) -> Int32
+    typealias Dispatch =
+      @convention(c) (OpaquePointer?, OpaquePointer?, UnsafeMutableRawPointer?) -> Int32
+    let prepare: Prepare = { _, timeout in
+      let milliseconds = LoopRecord.shared.waits(MainQueueDriver.timeoutMilliseconds)
+      timeout?.pointee = milliseconds
+      return milliseconds == 0 ? 1 : 0  // TRUE: ready without polling
+    }
+    let check: Check = { source in
+      let readable = MainQueueSource.query(source, MainQueueSource.tag) & 1 != 0  // G_IO_IN
+      return readable || MainQueueDriver.timeoutMilliseconds == 0 ? 1 : 0
+    }
+    let dispatch: Dispatch = { _, _, _ in
+      LoopRecord.shared.drains()
+      MainQueueDriver.drain()
+      return 1  // G_SOURCE_CONTINUE
+    }
+    // GSourceFuncs: prepare, check, dispatch, finalize, and two pointers GLib keeps for itself.
+    let functions = UnsafeMutablePointer<UnsafeRawPointer?>.allocate(capacity: 6)
+    functions.initialize(repeating: nil, count: 6)
+    functions[0] = unsafeBitCast(prepare, to: UnsafeRawPointer.self)
+    functions[1] = unsafeBitCast(check, to: UnsafeRawPointer.self)
+    functions[2] = unsafeBitCast(dispatch, to: UnsafeRawPointer.self)
+    // More than sizeof(GSource), which is 96 bytes on 64-bit Linux.
+    let source = sourceNew(functions, 256)
+    MainQueueSource.query = sourceQueryUnixFD
+    MainQueueSource.tag = sourceAddUnixFD(source, MainQueueDriver.fileDescriptor, 1)  // G_IO_IN
+    _ = sourceAttach(source, nil)
+    mainLoopRun(mainLoopNew(nil, 0))
+    fatalError("the GLib main loop returned")
   }
 
   /// Runs a GLib main loop on this thread for ever, draining the main queue when the driver's
@@ -183,4 +241,12 @@ struct GLib {
     mainLoopRun(loop)
     fatalError("the GLib main loop returned")
   }
+}
+
+/// What the source's `check` needs, which a C function pointer cannot capture.
+private enum MainQueueSource {
+  // nonisolated(unsafe): written on the main thread before its loop runs, and read only by the
+  // source's functions, which GLib calls on that thread.
+  nonisolated(unsafe) static var query: GLib.SourceQueryUnixFD = { _, _ in 0 }
+  nonisolated(unsafe) static var tag: UnsafeMutableRawPointer?
 }

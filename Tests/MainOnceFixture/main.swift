@@ -13,6 +13,8 @@ let usage =
   + DeadlockScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture foreignLoop "
   + ForeignLoop.allCases.map(\.rawValue).joined(separator: "|") + "\n"
+  + "       MainOnceFixture runLoopTimers "
+  + RunLoopTimerScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture service "
   + ServiceScenario.allCases.map(\.rawValue).joined(separator: "|") + "\n"
   + "       MainOnceFixture regression "
@@ -40,6 +42,12 @@ if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "foreignLoop",
   let loop = ForeignLoop(rawValue: CommandLine.arguments[2])
 {
   loop.run()
+}
+
+if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "runLoopTimers",
+  let scenario = RunLoopTimerScenario(rawValue: CommandLine.arguments[2])
+{
+  scenario.run()
 }
 
 if CommandLine.arguments.count == 3, CommandLine.arguments[1] == "service",

@@ -186,6 +186,18 @@ public enum KernelThread {
     return state == "S" || state == "D"
   }
 
+  /// How often thread `id` of this process has gone to sleep of its own accord so far
+  /// (`voluntary_ctxt_switches` in its `status`): each wake-up from a wait counts one.
+  public static func voluntarySwitches(of id: Int32) -> Int? {
+    guard
+      let status = try? String(contentsOfFile: "/proc/self/task/\(id)/status", encoding: .utf8),
+      let line = status.split(separator: "\n").first(where: {
+        $0.hasPrefix("voluntary_ctxt_switches:")
+      })
+    else { return nil }
+    return line.split(separator: ":").last.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+  }
+
   /// The state letter in thread `id`'s `stat`, or `nil` if it cannot be read.
   private static func state(of id: Int32) -> Character? {
     guard let stat = try? String(contentsOfFile: "/proc/self/task/\(id)/stat", encoding: .utf8),

@@ -4,7 +4,7 @@ import MainOnce
 import MainOnceFixtureSupport
 import Testing
 
-/// Whether GLib can be loaded here, for the test that runs a real GLib main loop.
+/// Whether GLib can be loaded here, for the tests that run a real GLib main loop.
 private let glibLoads = dlopen("libglib-2.0.so.0", RTLD_NOW | RTLD_LOCAL) != nil
 
 /// Event loops of a program's own, serving the main queue with `MainQueueDriver`, one fixture
@@ -53,6 +53,40 @@ struct MainQueueDriverTests {
   func descriptorLifetime() async throws {
     let outcome = try await FixtureProcess.scenario("foreignLoop", "descriptorLifetime")
     #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)")
+  }
+
+  @Test(
+    "RunLoop.main's timers fire when due and its perform blocks run, under a loop that waits the driver's timeout",
+    arguments: ["poll"] + (glibLoads ? ["glib"] : []))
+  func runLoopTimersFire(loop: String) async throws {
+    let outcome = try await FixtureProcess.scenario("runLoopTimers", loop)
+    #expect(!outcome.timedOut, "the loop hung: \(outcome.standardError)")
+    #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)\n\(outcome.standardError)")
+    #expect(outcome.value("perform") == "ran", "\(outcome.verdict)")
+    // A drain in a timer's callback ran no pass inside it; the next drain ran its block.
+    #expect(outcome.value("nestedPass") == "none", "\(outcome.verdict)")
+    #expect(outcome.value("performFromTimer") == "ran", "\(outcome.verdict)")
+    // A 100 ms timer, scheduled on the main thread before the loop ran and from a main-queue
+    // block while it ran, fires not before it is due; the loop never waits past its due time,
+    // and the first drain after it fires it. How late it fires then depends only on how soon
+    // the machine runs the woken loop: a figure for a benchmark, not a bound for a test.
+    for timer in ["timer", "fromMainQueue"] {
+      let fired = try #require(outcome.value(timer).flatMap(Double.init), "\(outcome.verdict)")
+      #expect(fired >= 100, "\(timer) fired early, after \(fired) ms")
+      #expect(outcome.value(timer + "LateWaits") == "0", "\(outcome.verdict)")
+      #expect(outcome.value(timer + "MissedDrains") == "0", "\(outcome.verdict)")
+    }
+    #expect(outcome.standardError.isEmpty, "\(outcome.standardError)")
+  }
+
+  @Test(
+    "a loop served by the driver, idle with a timer due in a minute, wakes its main thread at most once in 3 s",
+    arguments: ["pollIdle"] + (glibLoads ? ["glibIdle"] : []))
+  func idleLoopStaysAsleep(scenario: String) async throws {
+    let outcome = try await FixtureProcess.scenario("runLoopTimers", scenario)
+    #expect(outcome.verdict.hasPrefix("PASS"), "\(outcome.verdict)\n\(outcome.standardError)")
+    let wakeUps = try #require(outcome.value("wakeUps").flatMap(Int.init), "\(outcome.verdict)")
+    #expect(wakeUps <= 1, "the main thread woke \(wakeUps) times")
   }
 
   @Test("drain() runs the pending work and resets the descriptor, so that a loop does not spin")

@@ -74,8 +74,8 @@ final class Player {  // not Sendable
 func runEventLoop() {  // on the main thread, instead of dispatchMain()
   var events = [pollfd(fd: MainQueueDriver.fileDescriptor, events: Int16(POLLIN), revents: 0)]
   while true {
-    _ = poll(&events, 1, -1)
-    if events[0].revents & Int16(POLLIN) != 0 { MainQueueDriver.drain() }
+    _ = poll(&events, 1, MainQueueDriver.timeoutMilliseconds)
+    MainQueueDriver.drain()
   }
 }
 

@@ -13,4 +13,18 @@ enum MainRunLoop {
   /// Whether the main thread's run loop is running in some mode right now. Thread-safe:
   /// `CFRunLoopCopyCurrentMode` takes the run loop's own lock. Only a stall report asks.
   static var isRunning: Bool { mainonce_main_run_loop_is_running() }
+
+  /// Runs one pass of the main run loop in its default mode without waiting: its due timers, its
+  /// `perform` blocks and its ready sources. Nothing where Foundation is not linked. Main thread
+  /// only.
+  static func pass() { _ = mainonce_main_run_loop_pass() }
+
+  /// Milliseconds until the main run loop's next default-mode timer is due, rounded up: 0 if
+  /// one is due, -1 if none is scheduled or Foundation is not linked. Main thread only: a timer
+  /// is scheduled on the run loop of the thread that schedules it.
+  static var millisecondsToNextTimer: Int32 {
+    let seconds = mainonce_main_run_loop_next_timer()
+    guard seconds >= 0 else { return -1 }
+    return Int32(min(seconds * 1_000, Double(Int32.max)).rounded(.up))
+  }
 }

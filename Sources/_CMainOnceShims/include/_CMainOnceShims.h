@@ -147,6 +147,15 @@ bool mainonce_is_live_with_side_table(const void *object, uintptr_t side_table);
 /// a program link Foundation.
 bool mainonce_main_run_loop_is_running(void);
 
+/// Runs one pass of the main thread's run loop in its default mode, waiting for nothing: the
+/// timers that are due, the blocks given to `perform`, and the sources that are ready. Returns
+/// false, having done nothing, where CoreFoundation is not linked. Main thread only.
+bool mainonce_main_run_loop_pass(void);
+
+/// Seconds until the main run loop's next timer in its default mode is due: 0 or less when one
+/// is due now, and -1 when none is scheduled or CoreFoundation is not linked.
+double mainonce_main_run_loop_next_timer(void);
+
 /// The calling thread's MainOnce record, or NULL before the thread first takes a slow path, and
 /// its cache of object cells, or NULL before its first per-object call: thread-local variables, initial-exec, so that reading one is
 /// a single load. Written only by their own thread.

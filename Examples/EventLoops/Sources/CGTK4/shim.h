@@ -1,3 +1,2 @@
-// GTK 4, with GLib's Unix-specific API (g_unix_fd_add), which <gtk/gtk.h> does not include.
+// GTK 4, and with it GLib: the main loop and its sources (g_source_new, g_source_add_unix_fd).
 #include <gtk/gtk.h>
-#include <glib-unix.h>

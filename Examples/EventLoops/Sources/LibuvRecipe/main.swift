@@ -3,7 +3,9 @@
 //
 // - a worker thread's onceOnMain is served by the libuv loop: its initializer runs once, on the
 //   main thread;
-// - once a main-queue task stops serving, `uv_run(UV_RUN_DEFAULT)` returns by itself, with
+// - a Timer on RunLoop.main fires under the loop: a main-queue block schedules it, and it
+//   starts the main-actor task that stops serving;
+// - once a main-actor task stops serving, `uv_run(UV_RUN_DEFAULT)` returns by itself, with
 //   nothing else to do, and `uv_loop_close` returns 0: the recipe leaves no handle behind.
 //
 //   swift run --package-path Examples/EventLoops LibuvRecipe
@@ -13,6 +15,7 @@
 import CLibuv
 import CThreadID
 import Dispatch
+import Foundation
 import MainOnce
 import Synchronization
 
@@ -59,7 +62,12 @@ func startWorker() {
       Check.setupThread.store(Int(example_thread_id()), ordering: .relaxed)
     }
     print("worker: onceOnMain returned")
-    stopServingMainQueue()
+    // The application ends from a timer on RunLoop.main, which the loop must fire.
+    DispatchQueue.main.async {
+      _ = Timer.scheduledTimer(withTimeInterval: 0.1, repeats: false) { _ in
+        stopServingMainQueue()
+      }
+    }
   }
 }
 

@@ -49,7 +49,14 @@ func startMainQueueWatcher() {  // after SDL_Init, before the loop waits
 func runWaitingGame() {
   var running = true
   var event = SDL_Event()
-  while running && SDL_WaitEvent(&event) != 0 {
+  while running {
+    // Wait no longer than until RunLoop.main's next timer is due (-1: for ever).
+    let timeout = MainQueueDriver.timeoutMilliseconds
+    if SDL_WaitEventTimeout(&event, timeout) == 0 {
+      guard timeout >= 0 else { break }  // no timeout, so SDL failed
+      MainQueueDriver.drain()  // a timer is due
+      continue
+    }
     if event.type == MainQueueWake.eventType {
       MainQueueDriver.drain()
       MainQueueWake.drained.signal()  // the watcher may wake the loop again

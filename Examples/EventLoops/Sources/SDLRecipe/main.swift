@@ -3,7 +3,8 @@
 //
 // - a worker thread's onceOnMain is served by the game loop: its initializer runs once, on the
 //   main thread;
-// - a quit that another event follows in the same frame ends the loop: a main-queue block pushes
+// - a Timer on RunLoop.main fires under the loop: a main-queue block schedules it;
+// - a quit that another event follows in the same frame ends the loop: the timer pushes
 //   SDL_QUIT and then another event, so both are queued before the loop looks again;
 // - `wait` only: the watcher wakes the loop once per drain, not for as long as the descriptor is
 //   readable, even while the main thread is busy for half a second with main-queue work pending.
@@ -15,6 +16,7 @@
 import CSDL2
 import CThreadID
 import Dispatch
+import Foundation
 import MainOnce
 import Synchronization
 
@@ -102,9 +104,12 @@ func startWorker() {
       Check.busyStarted.wait()
     }
     DispatchQueue.main.async {
-      // Both events are queued before the loop looks again: the quit has a follower.
-      push(SDL_QUIT.rawValue)
-      push(Check.followerType)
+      // The game ends from a timer on RunLoop.main, which the loop must fire: both events are
+      // queued before it looks again, so the quit has a follower.
+      _ = Timer.scheduledTimer(withTimeInterval: 0.1, repeats: false) { _ in
+        push(SDL_QUIT.rawValue)
+        push(Check.followerType)
+      }
     }
   }
 }
