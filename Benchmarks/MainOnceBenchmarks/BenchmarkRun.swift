@@ -12,6 +12,7 @@ struct BenchmarkRun {
     case inPlace = "in-place"
     case race
     case trackedWaits = "tracked-waits"
+    case runLoop = "run-loop"
   }
 
   let groups: [Group]
@@ -35,6 +36,7 @@ struct BenchmarkRun {
     var inPlace: InPlaceFirstCalls.Result?
     var race: [Races.Result]?
     var trackedWaits: TrackedWaitSuite.Result?
+    var runLoop: [RunLoopServing.Result]?
   }
 
   /// The run that measured a group, as the benchmark binary saw it when it ran: written by the
@@ -152,6 +154,17 @@ struct BenchmarkRun {
         let result = await TrackedWaitSuite(rounds: rounds, quick: quick).run()
         Report.printTrackedWaits(result, rounds: rounds)
         output.trackedWaits = result
+      case .runLoop:
+        var results: [RunLoopServing.Result] = []
+        for server in RunLoopServing.servers {
+          if let result = await DriverProcess.spawn(
+            "run-loop", driver: server, quick: quick, as: RunLoopServing.Result.self)
+          {
+            results.append(result)
+          }
+        }
+        Report.printRunLoop(results)
+        output.runLoop = results
       }
     }
     Report.printTargets(allTargets)

@@ -25,7 +25,8 @@ enum DriverProcess {
   static let drivers = ["dispatchMain", "runLoop", "mainQueueDriver"]
 
   /// Runs `measure` on a background thread while `driver` serves the main queue on the main
-  /// thread (`mainQueueDriver`: a `poll` loop that drains it through ``MainQueueDriver``), and
+  /// thread (`mainQueueDriver`: a `poll` loop that drains it through ``MainQueueDriver``; the
+  /// GLib loops of ``RunLoopServing``), and
   /// prints what it returns as JSON.
   static func serve<Result: EncodableResult>(
     driver: String, _ measure: @escaping @Sendable () -> Result
@@ -41,7 +42,7 @@ enum DriverProcess {
   /// Runs `body` on a background thread while `driver` serves the main queue, then exits.
   /// With `--one-cpu`, every thread of the process runs on the CPU the main thread is on.
   static func serve(driver: String, _ body: @escaping @Sendable () -> Void) -> Never {
-    guard drivers.contains(driver) else {
+    guard drivers.contains(driver) || RunLoopServing.servers.contains(driver) else {
       FileHandle.standardError.write(Data("unknown driver \(driver)\n".utf8))
       exit(64)
     }
@@ -64,6 +65,8 @@ enum DriverProcess {
     case "runLoop":
       RunLoop.main.run()
       fatalError("RunLoop.main.run() returned")
+    case "glibDriver", "glibTickler":
+      RunLoopServing.runGLib(driver)
     default:
       var events = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
       while true {

@@ -317,10 +317,52 @@ enum Report {
     "\(format(allocations.callingThread, decimals: 2)) / \(format(allocations.process, decimals: 2))"
   }
 
+  static func printRunLoop(_ results: [RunLoopServing.Result]) {
+    guard let first = results.first else { return }
+    print(
+      "A program on a real GLib main loop, its main queue and RunLoop.main served three ways:"
+        + " ms from submitting to running, one submission at a time at random moments"
+        + " (\(first.mainQueue.samples.count) each), median / 95th percentile / worst; how late"
+        + " a Timer of 100–150 ms scheduled from the main queue fires"
+        + " (\(first.timerLateness.samples.count) timers); idle, with a Timer due in a minute, over \(format(first.idleSeconds, decimals: 0)) s:"
+        + " the main thread's wake-ups a second and the process's CPU time")
+    let cellWidth = 28
+    print(pad("", 30) + results.map { pad(driverName($0.server), cellWidth) }.joined())
+    func line(_ name: String, _ cell: (RunLoopServing.Result) -> String) {
+      print(pad(name, 30) + results.map { pad(cell($0), cellWidth) }.joined())
+    }
+    func latency(_ latency: RunLoopServing.Latency) -> String {
+      [latency.median, latency.p95, latency.worst].map { format($0, decimals: 2) }
+        .joined(separator: " / ")
+    }
+    line("DispatchQueue.main.async") { latency($0.mainQueue) }
+    line("@MainActor task") { latency($0.mainActor) }
+    line("Timer, ms late") { latency($0.timerLateness) }
+    line("idle wake-ups a second") { format($0.idleWakeUpsPerSecond, decimals: 2) }
+    line("idle CPU time, ms") { format($0.idleCPUMilliseconds, decimals: 1) }
+    line("idle drain() / read(), ns") { result in
+      guard let drain = result.idleDrainNanoseconds, let read = result.emptyReadNanoseconds
+      else { return "" }
+      return "\(format(drain, decimals: 0)) / \(format(read, decimals: 0))"
+    }
+    if let driver = results.first(where: { $0.server == "glibDriver" }),
+      let tickler = results.first(where: { $0.server == "glibTickler" })
+    {
+      line("tickler ÷ driver, medians") { result in
+        guard result.server == "glibTickler" else { return "" }
+        return "\(format(tickler.mainQueue.median / driver.mainQueue.median, decimals: 0))×,"
+          + " \(format(tickler.mainActor.median / driver.mainActor.median, decimals: 0))×"
+      }
+    }
+    print()
+  }
+
   static func driverName(_ driver: String) -> String {
     switch driver {
     case "runLoop": "RunLoop.main.run()"
     case "mainQueueDriver": "MainQueueDriver (poll)"
+    case "glibDriver": "MainQueueDriver (GLib)"
+    case "glibTickler": "50 ms tickler (GLib)"
     default: "dispatchMain()"
     }
   }

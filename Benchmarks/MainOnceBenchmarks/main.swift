@@ -1,6 +1,7 @@
 // From the repository's root (the benchmarks are a package of their own, in Benchmarks/):
 // swift run -c release --package-path Benchmarks MainOnceBenchmarks [GROUP] [--quick] [--json PATH]
-//   GROUP is one of fast-path, objects, sizes, first-call, in-place, race, tracked-waits; without one,
+//   GROUP is one of fast-path, objects, sizes, first-call, in-place, race, tracked-waits,
+//   run-loop; without one,
 //   all of them run, then the speed targets (Targets.swift) are judged, and the JSON goes to
 //   MainOnceBenchmarks.json unless --json names another file (a single group writes JSON only
 //   when --json is given). Into a file that exists, a run merges: it replaces the groups it
@@ -20,6 +21,10 @@
 //   race        eight threads racing on a fresh token against the Khan port, under each driver
 //   tracked-waits  tracked waits that do not block beside the plain calls (ns, instructions
 //               under valgrind's callgrind, allocations), and with 1, 2 and 16 threads at once
+//   run-loop    a program on a real GLib main loop (dlopen), served by MainQueueDriver's source,
+//               by a 50 ms tickler that runs a pass of RunLoop.main, and RunLoop.main.run()
+//               alone (a process each): latency of main.async and @MainActor work, how late a
+//               100 ms Timer fires, idle wake-ups and CPU time
 //   The README gives the command with code alignment options that its numbers come from: at
 //   1.4 ns a call, a probe that straddles a cache line costs a cycle more.
 // swift run -c release --package-path Benchmarks MainOnceBenchmarks instructions [--quick]
@@ -51,7 +56,8 @@ func usage() -> Never {
   FileHandle.standardError.write(
     Data(
       """
-      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|in-place|race|tracked-waits]
+      usage: MainOnceBenchmarks [fast-path|objects|sizes|first-call|in-place|race|tracked-waits|
+                                 run-loop]
                                 [--quick]
                                 [--json PATH]
              MainOnceBenchmarks instructions [--quick]
@@ -75,6 +81,9 @@ case "child" where words.count == 3 && words[1] == "first-call":
 case "child" where words.count == 3 && words[1] == "race":
   let driver = words[2]
   DriverProcess.serve(driver: driver) { Races.measure(driver: driver, quick: quick) }
+case "child" where words.count == 3 && words[1] == "run-loop":
+  let server = words[2]
+  DriverProcess.serve(driver: server) { RunLoopServing.measure(server: server, quick: quick) }
 case "child" where words.count == 4 && words[1] == "objects-memory":
   let form = words[3]
   DriverProcess.serve(driver: words[2]) {

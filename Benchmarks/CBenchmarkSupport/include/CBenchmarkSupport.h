@@ -2,6 +2,7 @@
 #ifndef C_BENCHMARK_SUPPORT_H
 #define C_BENCHMARK_SUPPORT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /// Does nothing and returns 1: the cost of an opaque call, for comparison.
@@ -52,5 +53,18 @@ uintptr_t bench_side_table(const void *object);
 
 /// `malloc_usable_size` of `object`'s side table; 0 if it has none.
 long bench_side_table_usable_size(const void *object);
+
+/// Loads GLib (`libglib-2.0.so.0`) with `dlopen`; false if it cannot be loaded here.
+bool bench_glib_load(void);
+
+/// Runs a GLib main loop on this thread for ever, served by one source that watches `fd`:
+/// its `prepare` sets the loop's timeout to `timeout()` and runs nothing, its `check` says
+/// whether `fd` is readable or `timeout()` is 0, its `dispatch` calls `drain`. After
+/// `bench_glib_load`.
+void bench_glib_run_with_source(int fd, int (*timeout)(void), void (*drain)(void));
+
+/// Runs a GLib main loop on this thread for ever, calling `tick` every `interval_ms`
+/// (`g_timeout_add`). After `bench_glib_load`.
+void bench_glib_run_with_tickler(unsigned interval_ms, void (*tick)(void));
 
 #endif
