@@ -140,14 +140,8 @@ struct BenchmarkRun {
         Report.printInPlaceFirstCalls(result)
         output.inPlace = result
       case .race:
-        var results: [Races.Result] = []
-        for driver in DriverProcess.drivers {
-          if let result = await DriverProcess.spawn(
-            "race", driver: driver, quick: quick, as: Races.Result.self)
-          {
-            results.append(result)
-          }
-        }
+        let results = await DriverProcess.spawnEach(
+          "race", drivers: DriverProcess.drivers, quick: quick, as: Races.Result.self)
         Report.printRaces(results)
         output.race = results
       case .trackedWaits:
@@ -155,14 +149,8 @@ struct BenchmarkRun {
         Report.printTrackedWaits(result, rounds: rounds)
         output.trackedWaits = result
       case .runLoop:
-        var results: [RunLoopServing.Result] = []
-        for server in RunLoopServing.servers {
-          if let result = await DriverProcess.spawn(
-            "run-loop", driver: server, quick: quick, as: RunLoopServing.Result.self)
-          {
-            results.append(result)
-          }
-        }
+        let results = await DriverProcess.spawnEach(
+          "run-loop", drivers: RunLoopServing.servers, quick: quick, as: RunLoopServing.Result.self)
         Report.printRunLoop(results)
         output.runLoop = results
       }

@@ -76,6 +76,20 @@ enum DriverProcess {
     }
   }
 
+  /// Runs `group` under each of `drivers` in turn, a process each: the results of those that
+  /// did not fail.
+  static func spawnEach<Result: Decodable>(
+    _ group: String, drivers: [String], quick: Bool, as type: Result.Type
+  ) async -> [Result] {
+    var results: [Result] = []
+    for driver in drivers {
+      if let result = await spawn(group, driver: driver, quick: quick, as: type) {
+        results.append(result)
+      }
+    }
+    return results
+  }
+
   /// Runs `MainOnceBenchmarks child GROUP DRIVER [EXTRA…]` and decodes the JSON it printed.
   static func spawn<Result: Decodable>(
     _ group: String, driver: String, quick: Bool, as type: Result.Type, extra: [String] = []

@@ -169,17 +169,11 @@ enum Report {
         + (first.oneCPU
           ? "; every thread of each process on one CPU, so that no hop waits for the other CPU"
             + " to wake up" : ""))
-    let nameWidth = 52
-    let cellWidth = 26
-    print(pad("", nameWidth) + results.map { pad(driverName($0.driver), cellWidth) }.joined())
+    let line = columns(results, driver: \.driver, nameWidth: 52)
     for variant in FirstCalls.variants {
-      let cells = results.map { result in
-        pad(result.timings[variant.key].map { timing($0, decimals: 0) } ?? "—", cellWidth)
+      line(variant.name) { result in
+        result.timings[variant.key].map { timing($0, decimals: 0) } ?? "—"
       }
-      print(pad(variant.name, nameWidth) + cells.joined())
-    }
-    func line(_ name: String, _ cell: (FirstCalls.Result) -> String) {
-      print(pad(name, nameWidth) + results.map { pad(cell($0), cellWidth) }.joined())
     }
     func pair(_ result: FirstCalls.Result) -> (Timing, Timing)? {
       guard let once = result.timings["onceOnMain"], let hop = result.timings[FirstCalls.bareHop]
@@ -213,11 +207,7 @@ enum Report {
       "\(first.threads) threads racing on a fresh token, \(first.races) races each: µs from"
         + " releasing the ready threads to the last return, median (best); per race the ratio"
         + " (median, quartiles); main-queue work items per race")
-    let cellWidth = 26
-    print(pad("", 44) + results.map { pad(driverName($0.driver), cellWidth) }.joined())
-    func line(_ name: String, _ cell: (Races.Result) -> String) {
-      print(pad(name, 44) + results.map { pad(cell($0), cellWidth) }.joined())
-    }
+    let line = columns(results, driver: \.driver, nameWidth: 44)
     line("onceOnMain(token:)") { timing($0.onceOnMain, decimals: 0) }
     line("Khan port") { timing($0.khanPort, decimals: 0) }
     line("onceOnMain ÷ Khan port, per race") {
@@ -326,11 +316,7 @@ enum Report {
         + " a Timer of 100–150 ms scheduled from the main queue fires"
         + " (\(first.timerLateness.samples.count) timers); idle, with a Timer due in a minute, over \(format(first.idleSeconds, decimals: 0)) s:"
         + " the main thread's wake-ups a second and the process's CPU time")
-    let cellWidth = 28
-    print(pad("", 30) + results.map { pad(driverName($0.server), cellWidth) }.joined())
-    func line(_ name: String, _ cell: (RunLoopServing.Result) -> String) {
-      print(pad(name, 30) + results.map { pad(cell($0), cellWidth) }.joined())
-    }
+    let line = columns(results, driver: \.server, nameWidth: 30, cellWidth: 28)
     func latency(_ latency: RunLoopServing.Latency) -> String {
       [latency.median, latency.p95, latency.worst].map { format($0, decimals: 2) }
         .joined(separator: " / ")
@@ -355,6 +341,17 @@ enum Report {
       }
     }
     print()
+  }
+
+  /// Prints the head of a table with a column per result, named after its driver, and returns
+  /// what prints a row: its name, and each result's cell.
+  private static func columns<Result>(
+    _ results: [Result], driver: (Result) -> String, nameWidth: Int, cellWidth: Int = 26
+  ) -> (String, (Result) -> String) -> Void {
+    print(pad("", nameWidth) + results.map { pad(driverName(driver($0)), cellWidth) }.joined())
+    return { name, cell in
+      print(pad(name, nameWidth) + results.map { pad(cell($0), cellWidth) }.joined())
+    }
   }
 
   static func driverName(_ driver: String) -> String {
