@@ -100,14 +100,11 @@ public enum MainQueueDriver {
     // the loop only comes back here once more.
     _ = read(descriptor, &count, MemoryLayout<UInt64>.size)
     QueueOwnership.driverDrains.add(1, ordering: .relaxed)
-    guard !isDraining else {
-      mainonce_main_queue_drain()
-      return
-    }
+    let isNested = isDraining
     isDraining = true
-    defer { isDraining = false }
+    defer { isDraining = isNested }
     mainonce_main_queue_drain()
-    MainRunLoop.pass()
+    if !isNested { MainRunLoop.pass() }
   }
 
   /// How long the loop may wait, in milliseconds, before `RunLoop.main` has a timer due: 0 if
