@@ -66,29 +66,35 @@ struct AsyncOnceOnMainTests {
   func cancelledWaiter() async throws {
     try await holdingTheMainQueue { turn in
       let runs = Recorder<Int>()
-      guard
-        let hold = await MainQueueHold.start(
-          runs: runs, turn,
-          {
-            onceOnMain(token: Tokens.cancellation, $0)
-          })
-      else { return }
-      defer { hold.release.signal() }
-      let waiter = Task {
-        try await onceOnMain(token: Tokens.cancellation) { runs.record(1) }
+      let waiterEnded = DispatchSemaphore(value: 0)
+      let callers = await MainQueueHold.run(
+        runs: runs, turn, { onceOnMain(token: Tokens.cancellation, $0) }
+      ) { () -> (waiter: Task<Void, any Error>, other: Task<Void, any Error>, answered: Bool) in
+        let waiter = turn.task {
+          defer { waiterEnded.signal() }
+          try await onceOnMain(token: Tokens.cancellation) { runs.record(1) }
+        }
+        let other = turn.task {
+          try await onceOnMain(token: Tokens.cancellation) { runs.record(2) }
+        }
+        // Both wait behind the hold's caller, whose initializer runs; then one is cancelled,
+        // and answered before the hold ends.
+        guard waitUntil({ callersWaiting { $0.contains("\"cancellation\"") } == 3 }) else {
+          return (waiter, other, false)
+        }
+        waiter.cancel()
+        let answered = waiterEnded.wait(timeout: .now() + TimeScale.seconds(10)) == .success
+        return (waiter, other, answered)
       }
-      let other = Task {
-        try await onceOnMain(token: Tokens.cancellation) { runs.record(2) }
-      }
-      // Both wait behind the hold's caller, whose initializer runs.
-      _ = await eventually { callersWaiting { $0.contains("\"cancellation\"") } == 3 }
-      waiter.cancel()
+      guard let callers else { return }
+      #expect(callers.answered, "the cancelled waiter was not answered while the initializer ran")
       await #expect(throws: CancellationError.self) {
-        try await withinTimeLimit { try await waiter.value }
+        try await withinTimeLimit { try await callers.waiter.value }
       }
-      hold.release.signal()
       // The other waiter was not cancelled with it: it returns once the initialization is done.
-      await #expect(throws: Never.self) { try await withinTimeLimit { try await other.value } }
+      await #expect(throws: Never.self) {
+        try await withinTimeLimit { try await callers.other.value }
+      }
       // The initialization finished, and it was the first caller's: the cancelled one never ran.
       try await withinTimeLimit {
         try await onceOnMain(token: Tokens.cancellation) { runs.record(3) }
@@ -115,29 +121,33 @@ struct AsyncOnceOnMainTests {
           }
         }?.get()
       }
-      guard await wait(for: started) else { return }
-      defer { release.signal() }
-      // Released from a thread of its own once the five below wait, not from this task: the
-      // hold's length depends on nothing that waits for the cooperative pool after they queue.
-      // Only that thread looks for the fifth: once it releases, the count falls.
-      Thread {
-        _ = waitUntil { callersWaiting { $0.contains("\"async retries\"") } == 6 }
-        release.signal()
-      }.start()
-      // Callers 1 and 2 fail too; caller 3 succeeds; callers 4 and 5 never run.
-      var waiters: [Task<Void, any Error>] = []
-      for caller in 1...5 {
-        waiters.append(
-          Task {
-            try await onceOnMain(token: Tokens.retries) {
-              attempts.record(caller)
-              if caller < 3 { throw AttemptFailed(caller: caller) }
-            }
-          })
-        // Queued behind the first caller and those before it: they arrive in order.
-        guard caller < 5 else { break }
-        _ = await eventually { callersWaiting { $0.contains("\"async retries\"") } == caller + 1 }
+      // On a thread of its own, from the moment the first caller's initializer holds the main
+      // queue to its release, with the callers on the turn's executor: the hold's length depends
+      // on nothing that waits for the cooperative pool.
+      let queued = await onThread { () -> (waiters: [Task<Void, any Error>], inOrder: Bool) in
+        defer { release.signal() }
+        guard started.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+          return ([], false)
+        }
+        // Callers 1 and 2 fail too; caller 3 succeeds; callers 4 and 5 never run.
+        var waiters: [Task<Void, any Error>] = []
+        for caller in 1...5 {
+          waiters.append(
+            turn.task {
+              try await onceOnMain(token: Tokens.retries) {
+                attempts.record(caller)
+                if caller < 3 { throw AttemptFailed(caller: caller) }
+              }
+            })
+          // Queued behind the first caller and those before it: they arrive in order.
+          guard waitUntil({ callersWaiting { $0.contains("\"async retries\"") } == caller + 1 })
+          else { return (waiters, false) }
+        }
+        return (waiters, true)
       }
+      guard let queued else { return }
+      #expect(queued.inOrder, "the callers did not queue behind the first one, one by one")
+      let waiters = queued.waiters
       await #expect(throws: AttemptFailed(caller: 0)) {
         try await withinTimeLimit { try await first.value }
       }
@@ -171,23 +181,29 @@ struct AsyncOnceOnMainTests {
   func cancelledBeforeAsking() async throws {
     try await holdingTheMainQueue { turn in
       let runs = Recorder<Int>()
-      guard
-        let hold = await MainQueueHold.start(
-          runs: runs, turn,
-          {
-            onceOnMain(token: Tokens.cancelledBeforeAsking, $0)
-          })
-      else { return }
-      defer { hold.release.signal() }
-      let caller = Task.detached {
-        withUnsafeCurrentTask { $0?.cancel() }
-        try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(1) }
+      let outcome = await MainQueueHold.run(
+        runs: runs, turn, { onceOnMain(token: Tokens.cancelledBeforeAsking, $0) }
+      ) { () -> Result<Void, any Error>? in
+        let answer = Locked<Result<Void, any Error>?>(nil)
+        let ended = DispatchSemaphore(value: 0)
+        _ = turn.task {
+          withUnsafeCurrentTask { $0?.cancel() }
+          let result = await Result {
+            try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(1) }
+          }
+          answer.withLock { $0 = result }
+          ended.signal()
+        }
+        // While the initializer still holds the main queue: only cancellation can answer it.
+        _ = ended.wait(timeout: .now() + TimeScale.seconds(2))
+        return answer.withLock { $0 }
       }
-      // While the initializer still holds the main queue: only cancellation can answer it.
-      await #expect(throws: CancellationError.self) {
-        try await withinTimeLimit(.seconds(2)) { try await caller.value }
+      guard let outcome else { return }
+      guard let outcome else {
+        Issue.record("the cancelled caller was not answered while the initializer ran")
+        return
       }
-      hold.release.signal()
+      #expect(throws: CancellationError.self) { try outcome.get() }
       try await withinTimeLimit {
         try await onceOnMain(token: Tokens.cancelledBeforeAsking) { runs.record(2) }
       }

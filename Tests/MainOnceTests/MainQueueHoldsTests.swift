@@ -23,4 +23,19 @@ struct MainQueueHoldsTests {
     _ = try await withinTimeLimit(.seconds(60)) { await second.value }
     #expect(events.recorded == ["first in", "first out", "second in"])
   }
+
+  @Test("a task started with a turn runs on the turn's executor, not the cooperative pool")
+  func turnTasksRunOffThePool() async throws {
+    try await holdingTheMainQueue { turn in
+      let onTheTurnsExecutor = try await withinTimeLimit {
+        try await turn.task { () -> [Bool] in
+          let first = HoldExecutor.isCurrent
+          // A resumption too: a task keeps its executor preference across suspensions.
+          try await Task.sleep(for: .milliseconds(1))
+          return [first, HoldExecutor.isCurrent]
+        }.value
+      }
+      #expect(onTheTurnsExecutor == [true, true])
+    }
+  }
 }

@@ -117,20 +117,27 @@ struct OnceOnMainTests {
         outcomes.withLock { $0[0] = result }
       }
       first.start()
-      guard await wait(for: firstStarted) else { return }
-      // Two more callers queue up behind the failing attempt; then it fails.
-      Thread {
-        _ = waitUntil { waitingCallers(labelContaining: "\"handover\"") >= 2 }
-        releaseFirst.signal()
-      }.start()
-      await raceThreads(2) { caller in
-        let result = Result { () throws(Failure) in
-          try onceOnMain(token: Tokens.handover) { () throws(Failure) in
-            runs.add(1, ordering: .relaxed)
-          }
+      // On a thread of its own, from the moment the failing attempt holds the main queue to its
+      // release: the hold's length depends on nothing that waits for the cooperative pool. Two
+      // more callers queue up behind it; then it fails.
+      let queued = await onThread { () -> Bool in
+        defer { releaseFirst.signal() }
+        guard firstStarted.wait(timeout: .now() + TimeScale.seconds(10)) == .success else {
+          return false
         }
-        outcomes.withLock { $0[caller + 1] = result }
+        for caller in 1...2 {
+          Thread {
+            let result = Result { () throws(Failure) in
+              try onceOnMain(token: Tokens.handover) { () throws(Failure) in
+                runs.add(1, ordering: .relaxed)
+              }
+            }
+            outcomes.withLock { $0[caller] = result }
+          }.start()
+        }
+        return waitUntil { waitingCallers(labelContaining: "\"handover\"") >= 2 }
       }
+      #expect(queued == true, "two callers did not queue behind the failing attempt")
       let allReturned = await onThread {
         waitUntil { outcomes.withLock { $0.count } == 3 }
       }

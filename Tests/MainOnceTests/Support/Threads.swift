@@ -38,17 +38,31 @@ func raceThreads(
 /// Linux, libdispatch adds a worker for blocked ones only about once a second), and waits at
 /// most `timeout` (scaled) for it. On timeout it records an issue and returns `nil`, leaving
 /// the thread to finish on its own, so that a hang fails the test instead of the run.
+///
+/// The thread starts before this call first suspends, in the caller's own job: what it does
+/// (release a hold of the main queue, for one) never waits for the cooperative pool, which a
+/// loaded machine's other tests may keep busy for seconds. Only this task's resumption does.
 func onThread<Result: Sendable>(
   timeout: Duration = .seconds(30),
   sourceLocation: SourceLocation = #_sourceLocation,
   _ work: @escaping @Sendable () -> Result
 ) async -> Result? {
-  let outcome = try? await withinTimeLimit(timeout, sourceLocation: sourceLocation) {
-    await withCheckedContinuation { continuation in
-      Thread { continuation.resume(returning: work()) }.start()
+  let answer = Slot<CheckedContinuation<Result?, Never>>()
+  let outcome = await withCheckedContinuation { continuation in
+    answer.put(continuation)
+    Thread {
+      let result = work()
+      answer.take()?.resume(returning: result)
+    }.start()
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout.scaled.seconds) {
+      answer.take()?.resume(returning: nil)
     }
   }
-  return outcome.flatMap { $0 }
+  guard let outcome else {
+    Issue.record(notFinished(within: timeout), sourceLocation: sourceLocation)
+    return nil
+  }
+  return outcome
 }
 
 /// Waits for `semaphore` for at most `timeout` (scaled), off the cooperative pool.

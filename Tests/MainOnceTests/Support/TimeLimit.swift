@@ -31,11 +31,14 @@ func withinTimeLimit<Value: Sendable>(
   }
   // Recorded here, in the test's own task, so that the issue names the test.
   if timedOut.take() == true {
-    Issue.record(
-      "did not finish within \(scaled)\(TimeScale.factor == 1 ? "" : " (\(limit) scaled)")",
-      sourceLocation: sourceLocation)
+    Issue.record(notFinished(within: limit), sourceLocation: sourceLocation)
   }
   return value
+}
+
+/// What a test records when work did not finish within `limit` (before scaling).
+func notFinished(within limit: Duration) -> Comment {
+  "did not finish within \(limit.scaled)\(TimeScale.factor == 1 ? "" : " (\(limit) scaled)")"
 }
 
 extension Result where Failure == any Error {
@@ -49,7 +52,7 @@ extension Result where Failure == any Error {
 }
 
 /// Holds one value until the first `take()`.
-private final class Slot<Value: Sendable>: Sendable {
+final class Slot<Value: Sendable>: Sendable {
   private let value = Locked<Value?>(nil)
 
   func put(_ newValue: Value) { value.withLock { $0 = newValue } }
